@@ -1,0 +1,23 @@
+"""modperf: the performance database for LLM-inference attention modules.
+
+Every module row carries rank-local ``num_heads`` and ``tp_size``; each table family declares
+how its head axis is keyed; native head counts come from HF configs; loaders fail closed.
+"""
+
+from . import errors
+from .buckets import KeyedTable
+from .catalog import Catalog, TableRef
+from .check import CheckReport, check
+from .db import Database, open
+from .errors import ModperfError
+from .families import Family, Tier, family_of, registry
+from .load import load_table, try_load
+from .models import ModelConfig, ModelRegistry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Catalog", "CheckReport", "Database", "Family", "KeyedTable", "ModelConfig", "ModelRegistry",
+    "ModperfError", "TableRef", "Tier", "check", "errors", "family_of", "load_table", "open", "registry",
+    "try_load",
+]

@@ -1,0 +1,232 @@
+"""``modperf check``: load every head-bearing table with every guard and report per family.
+
+Failures are collected, never short-circuited: one bad file does not hide another, and one
+file reports all of its problems.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import errors as E
+from .catalog import Catalog, TableRef, refs_for_paths
+from .families import family_of, head_bearing_tables, registry
+from .load import LoadResult, try_load
+from .models import ModelRegistry
+
+ProgressCallback = Callable[[int, int, TableRef], None]
+
+
+@dataclass
+class FileResult:
+    ref: TableRef
+    family: str | None
+    failures: list[E.ModperfError]
+    rows: int = 0
+    points: int = 0
+    buckets: int = 0
+    natives: list[int] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+    duplicates_merged: int = 0
+    alias_duplicate_points: int = 0
+    agreement: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @classmethod
+    def from_load(cls, res: LoadResult) -> "FileResult":
+        out = cls(res.ref, res.family.name if res.family else None, list(res.failures), seconds=res.seconds)
+        t = res.table
+        if t is not None:
+            out.rows, out.points, out.buckets = t.rows_read, t.n_points, t.n_buckets
+            out.natives, out.models = t.natives, t.models
+            out.duplicates_merged, out.alias_duplicate_points = t.duplicates_merged, t.alias_duplicate_points
+            if t.agreement is not None:
+                out.agreement = t.agreement.to_dict()
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.ref.to_dict(),
+            "family": self.family,
+            "ok": self.ok,
+            "rows": self.rows,
+            "points": self.points,
+            "buckets": self.buckets,
+            "natives": self.natives,
+            "models": self.models,
+            "duplicates_merged": self.duplicates_merged,
+            "alias_duplicate_points": self.alias_duplicate_points,
+            "agreement": self.agreement,
+            "failures": [f.to_dict() for f in self.failures],
+        }
+
+
+@dataclass
+class FamilySummary:
+    family: str
+    title: str
+    tier: str
+    native_source: str
+    files: int = 0
+    files_failed: int = 0
+    rows: int = 0
+    points: int = 0
+    buckets: int = 0
+    natives: set[int] = field(default_factory=set)
+    models: set[str] = field(default_factory=set)
+    duplicates_merged: int = 0
+    alias_duplicate_points: int = 0
+    failures: int = 0
+    #: Per file where different natives measured the same local key (local-only tier).
+    agreement: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, fr: FileResult) -> None:
+        self.files += 1
+        self.files_failed += int(not fr.ok)
+        self.failures += len(fr.failures)
+        self.rows += fr.rows
+        self.points += fr.points
+        self.buckets += fr.buckets
+        self.natives.update(fr.natives)
+        self.models.update(fr.models)
+        self.duplicates_merged += fr.duplicates_merged
+        self.alias_duplicate_points += fr.alias_duplicate_points
+        if fr.agreement and fr.agreement.get("shared_keys"):
+            self.agreement.append({"table": fr.ref.label, **fr.agreement})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family, "title": self.title, "tier": self.tier, "native_source": self.native_source,
+            "files": self.files, "files_failed": self.files_failed, "rows": self.rows, "points": self.points,
+            "buckets": self.buckets, "natives": sorted(self.natives), "models": sorted(self.models),
+            "duplicates_merged": self.duplicates_merged, "alias_duplicate_points": self.alias_duplicate_points,
+            "failures": self.failures, "agreement": self.agreement,
+        }
+
+
+@dataclass
+class CheckReport:
+    files: list[FileResult]
+    families: dict[str, FamilySummary]
+    problems: list[E.ModperfError]  # failures not tied to one table (catalog, reuse)
+    skipped: int  # tables found that are not head-bearing
+    seconds: float
+
+    @property
+    def failures(self) -> list[E.ModperfError]:
+        return [*self.problems, *(f for fr in self.files for f in fr.failures)]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def rows(self) -> int:
+        return sum(fr.rows for fr in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "files_checked": len(self.files),
+            "files_failed": sum(not fr.ok for fr in self.files),
+            "rows": self.rows,
+            "failures": len(self.failures),
+            "skipped_not_head_bearing": self.skipped,
+            "seconds": round(self.seconds, 3),
+            "families": {k: v.to_dict() for k, v in self.families.items()},
+            "problems": [p.to_dict() for p in self.problems],
+            "files": [fr.to_dict() for fr in self.files],
+        }
+
+
+def _refs(paths: Sequence[str] | None, data_root: str | None, table: str | None) -> tuple[list[TableRef], int, list[E.ModperfError]]:
+    heads = set(head_bearing_tables())
+    if table is not None and table not in heads:
+        raise E.UnknownTableError(
+            f"{table!r} is not a head-bearing table",
+            values={"table": table},
+            fix=f"choose one of: {', '.join(sorted(heads))}",
+        )
+    problems: list[E.ModperfError] = []
+    if paths:
+        found = refs_for_paths(paths)
+        explicit = {os.path.abspath(p) for p in paths}
+        refs, skipped = [], 0
+        for ref in found:
+            if table is not None and ref.table != table:
+                continue
+            if ref.table in heads or os.path.abspath(ref.path) in explicit:
+                refs.append(ref)  # an explicit non-head-bearing file is reported, not skipped
+            else:
+                skipped += 1
+        return refs, skipped, problems
+    catalog = Catalog.scan(data_root)
+    problems += [E.DataRootError(p, fix="restore the donor table or correct reuse.yaml") for p in catalog.problems]
+    refs = catalog.select(table=table, tables=heads)
+    return refs, len(catalog.files) - len(catalog.select(tables=heads)), problems
+
+
+def check(
+    paths: Sequence[str] | None = None,
+    *,
+    data_root: str | None = None,
+    table: str | None = None,
+    model_configs: Iterable[str] | None = None,
+    on_progress: ProgressCallback | None = None,
+    workers: int | None = None,
+) -> CheckReport:
+    """Load every head-bearing table under ``data_root`` (or the given files/folders) with
+    every guard. Raises only for usage errors (bad root, unknown table); data problems are in
+    the report."""
+    start = time.perf_counter()
+    models = ModelRegistry.default(model_configs)
+    refs, skipped, problems = _refs(paths, data_root, table)
+    families = {
+        name: FamilySummary(name, fam.title, fam.tier.value, fam.native_source.value)
+        for name, fam in registry().items()
+    }
+    results: list[FileResult] = []
+    workers = workers or min(4, os.cpu_count() or 1)
+
+    def run(ref: TableRef) -> FileResult:
+        return FileResult.from_load(try_load(ref, models))
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for i, fr in enumerate(pool.map(run, refs), 1):
+            results.append(fr)
+            if fr.family is not None:
+                families[fr.family].add(fr)
+            if on_progress is not None:
+                on_progress(i, len(refs), fr.ref)
+    used = {fr.family for fr in results}
+    families = {k: v for k, v in families.items() if k in used or not paths}
+    return CheckReport(results, families, problems, skipped, time.perf_counter() - start)
+
+
+def describe_family(name: str) -> dict[str, Any]:
+    """A family's declaration as plain data (for docs and ``--json``)."""
+    fam = registry()[name]
+    return {
+        "family": fam.name, "title": fam.title, "tier": fam.tier.value, "native_source": fam.native_source.value,
+        "tables": [
+            {"table": s.name, "phase": s.phase, "categorical": list(s.categorical), "discrete": list(s.discrete),
+             "axes": list(s.axes), "seq_axis": s.seq_axis, "optional": sorted(s.optional),
+             "zero_latency": s.zero_latency_note}
+            for s in fam.tables
+        ],
+        "geometry": [f.name for f in fam.geometry],
+        "requires_model": fam.requires_model, "requires_tp": fam.requires_tp, "stale_guard": fam.stale_guard,
+        "rationale": fam.rationale,
+    }
+
+
+__all__ = ["CheckReport", "FamilySummary", "FileResult", "check", "describe_family", "family_of"]

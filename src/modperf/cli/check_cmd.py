@@ -1,0 +1,81 @@
+"""``modperf check``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..check import CheckReport, check
+from . import app
+from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, err_console, handles_errors, paths_or_none
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def print_report(report: CheckReport) -> None:
+    grid = Table(title="head-axis check, per family")
+    for col in ("family", "tier", "files", "rows", "buckets", "natives", "merged", "failures"):
+        grid.add_column(col, justify="left" if col in ("family", "tier", "natives") else "right", no_wrap=True)
+    for s in report.families.values():
+        grid.add_row(
+            s.family, s.tier, f"{s.files - s.files_failed}/{s.files}", f"{s.rows:,}", f"{s.buckets:,}",
+            ",".join(map(str, sorted(s.natives))) or "-", f"{s.duplicates_merged:,}",
+            f"[red]{s.failures}[/]" if s.failures else "0",
+        )
+    console.print(grid)
+    agreements = [a for s in report.families.values() for a in s.agreement]
+    if agreements:
+        agree = Table(title="local-only evidence: natives measured at the same local key")
+        for col in ("table", "natives", "shared keys", "median diff", "p95 diff", "max diff"):
+            agree.add_column(col)
+        for a in agreements:
+            agree.add_row(a["table"], " vs ".join(map(str, a["natives"])), str(a["shared_keys"]),
+                          _pct(a["median_rel_diff"]), _pct(a["p95_rel_diff"]), _pct(a["max_rel_diff"]))
+        console.print(agree)
+    console.print("tiers: local = local heads complete the key; native+local = \\[native]\\[local]; native = "
+                  "native-keyed by contract. merged = duplicate rows folded by the lower-median rule.",
+                  style="dim")
+    for failure in report.failures:
+        console.print(f"[red]FAIL[/] [bold]{failure.kind}[/]: {escape(str(failure))}", soft_wrap=True)
+    verdict = "[green]clean[/]" if report.ok else f"[red]{len(report.failures)} failure(s)[/]"
+    console.print(
+        f"{len(report.files)} tables, {report.rows:,} rows checked in {report.seconds:.1f} s: {verdict}"
+        + (f" ({report.skipped} tables without a head axis skipped)" if report.skipped else "")
+    )
+
+
+@app.command("check")
+@handles_errors
+def check_command(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Table files or folders (default: the whole data root).",
+                                                       show_default=False)] = None,
+    table: Annotated[str | None, typer.Option("--table", help="Only this table stem.")] = None,
+    data_root: DataRootOpt = None,
+    model_configs: ModelConfigsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Load every head-bearing table with all guards; exit 0 when clean, 1 on failures, 2 on usage errors."""
+    show_progress = not json_out and err_console.is_terminal
+    progress = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.description}"), console=err_console, transient=True,
+                        disable=not show_progress)
+    with progress:
+        task = progress.add_task("", total=None)
+
+        def on_progress(done: int, total: int, ref) -> None:  # noqa: ANN001
+            progress.update(task, completed=done, total=total, description=ref.label)
+
+        report = check(paths_or_none(paths), data_root=str(data_root) if data_root else None, table=table,
+                       model_configs=[str(p) for p in model_configs or []], on_progress=on_progress)
+    if json_out:
+        emit_json(report.to_dict())
+    else:
+        print_report(report)
+    raise typer.Exit(0 if report.ok else 1)

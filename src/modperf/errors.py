@@ -1,0 +1,218 @@
+"""Typed errors. Every failure modperf reports names where it is (file, rows), what it saw
+(values) and how to fix it, so that a person can act on the message alone.
+
+Row numbers are 0-based positions in the file as stored (the index pandas or pyarrow shows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+#: How many row numbers a message lists before it summarises the rest as a count.
+ROWS_SHOWN = 5
+
+
+def describe_rows(rows: Sequence[int], total: int | None = None) -> str:
+    total = len(rows) if total is None else total
+    shown = ", ".join(str(r) for r in list(rows)[:ROWS_SHOWN])
+    word = "row" if total == 1 else "rows"
+    if total > ROWS_SHOWN:
+        return f"{word} {shown}, ... ({total} rows)"
+    return f"{word} {shown}"
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and tuples to JSON-friendly Python values."""
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict)):
+        try:
+            return value.item()
+        except (ValueError, TypeError):
+            pass
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+class ModperfError(Exception):
+    """Base of every error modperf raises on purpose."""
+
+    #: Stable machine-readable name, also the JSON ``kind`` field.
+    kind = "error"
+    #: Process exit code the CLI uses when this error ends a command.
+    exit_code = 1
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: Any = None,
+        rows: Iterable[int] | None = None,
+        row_count: int | None = None,
+        values: Mapping[str, Any] | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.detail = message
+        self.file = str(file) if file is not None else None
+        self.rows = [int(r) for r in rows] if rows is not None else []
+        self.row_count = row_count if row_count is not None else len(self.rows)
+        self.values = {k: _plain(v) for k, v in (values or {}).items()}
+        self.fix = fix
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = []
+        if self.file:
+            where.append(self.file)
+        if self.rows:
+            where.append(describe_rows(self.rows[:ROWS_SHOWN], self.row_count))
+        text = self.detail
+        if where:
+            text = f"{': '.join(where)}: {text}"
+        if self.values:
+            text += " [" + ", ".join(f"{k}={v!r}" for k, v in self.values.items()) + "]"
+        if self.fix:
+            text += f". Fix: {self.fix}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": type(self).__name__,
+            "kind": self.kind,
+            "message": str(self),
+            "file": self.file,
+            "rows": self.rows[:ROWS_SHOWN],
+            "row_count": self.row_count,
+            "values": self.values,
+            "fix": self.fix,
+        }
+
+
+# --- usage: the request itself is wrong (CLI exit code 2) -------------------------------
+
+
+class UsageError(ModperfError):
+    kind = "usage"
+    exit_code = 2
+
+
+class DataRootError(UsageError):
+    kind = "data_root"
+
+
+class UnknownTableError(UsageError):
+    kind = "unknown_table"
+
+
+# --- model configs ----------------------------------------------------------------------
+
+
+class ModelError(ModperfError):
+    kind = "model"
+
+
+class UnknownModelError(ModelError):
+    kind = "unknown_model"
+
+
+class ModelConfigError(ModelError):
+    """A config exists but cannot answer what a family needs (missing field, bad JSON)."""
+
+    kind = "model_config"
+
+
+# --- table content: the loaders' guards -------------------------------------------------
+
+
+class TableError(ModperfError):
+    kind = "table"
+
+
+class UnreadableTableError(TableError):
+    kind = "unreadable"
+
+
+class MissingColumnError(TableError):
+    kind = "missing_column"
+
+
+class ColumnTypeError(TableError):
+    kind = "column_type"
+
+
+class UnexpectedColumnError(TableError):
+    """A column the family does not declare: it might key rows we would otherwise merge."""
+
+    kind = "unexpected_column"
+
+
+class InvalidHeadsError(TableError):
+    """num_heads or tp_size that is zero or negative."""
+
+    kind = "invalid_heads"
+
+
+class NullValueError(TableError):
+    kind = "null_value"
+
+
+class NonIntegerHeadsError(TableError):
+    kind = "non_integer_heads"
+
+
+class InvalidLatencyError(TableError):
+    kind = "invalid_latency"
+
+
+class RankLocalError(TableError):
+    """A tp>1 row whose num_heads * tp_size is not the model's native head count."""
+
+    kind = "not_rank_local"
+
+
+class StaleConventionError(TableError):
+    """num_heads constant while tp_size varies within one (model, version): the retired
+    native convention."""
+
+    kind = "stale_convention"
+
+
+class NativeContractError(TableError):
+    """A native-keyed (sparse-kernel) row whose num_heads is not the model's native count."""
+
+    kind = "native_contract"
+
+
+class GeometryCollisionError(TableError):
+    """Two models share a native bucket but their module geometry differs."""
+
+    kind = "geometry_collision"
+
+
+class ArchitectureMismatchError(TableError):
+    """A row's architecture column disagrees with its model's HF config."""
+
+    kind = "architecture_mismatch"
+
+
+class TableRejectedError(TableError):
+    """Raised by strict loading when a table has failures; carries all of them."""
+
+    kind = "table_rejected"
+
+    def __init__(self, file: Any, failures: Sequence[ModperfError]) -> None:
+        self.failures = list(failures)
+        kinds = sorted({f.kind for f in self.failures})
+        first = str(self.failures[0]) if self.failures else ""
+        super().__init__(
+            f"table rejected with {len(self.failures)} failure(s) ({', '.join(kinds)}); first: {first}",
+            file=file,
+            fix="run `modperf check` on this file to see every failure and its fix",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["failures"] = [f.to_dict() for f in self.failures]
+        return d

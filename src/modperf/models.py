@@ -1,0 +1,196 @@
+"""Model geometry from Hugging Face ``config.json`` files.
+
+A model's *native* head count is its config's ``num_attention_heads``; nothing in modperf
+derives it from a literal. Config files are found in the embedded corpus's ``model_configs/``
+(a file ``org--Name_config.json`` is model id ``org/Name``) and in user folders given with
+``--model-configs DIR`` or ``MODPERF_MODEL_CONFIGS`` (``os.pathsep``-separated); a user folder
+wins over the embedded one for the same id.
+
+Some configs (multimodal wrappers such as Kimi-K3, Qwen3-VL, MiniMax-M3-NVFP4) nest the
+language model under ``text_config``; the language model is what attention tables measure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelConfigError, UnknownModelError
+
+MODEL_CONFIGS_ENV = "MODPERF_MODEL_CONFIGS"
+CONFIG_SUFFIX = "_config.json"
+#: Companion files that sit beside configs but are not model configs.
+NOT_CONFIGS = ("_hf_quant_config.json",)
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """A config field a module's computation reads. ``name`` may be dotted
+    (``sparse_attention_config.sparse_topk_blocks``). ``default`` is the value the model code
+    assumes when the field is absent (a feature flag that is off); REQUIRED means absence is
+    an error, since guessing would merge different modules."""
+
+    name: str
+    default: Any = REQUIRED
+
+
+def model_id_from_filename(name: str) -> str | None:
+    if not name.endswith(CONFIG_SUFFIX) or any(name.endswith(s) for s in NOT_CONFIGS):
+        return None
+    return name[: -len(CONFIG_SUFFIX)].replace("--", "/")
+
+
+def config_filename(model_id: str) -> str:
+    return model_id.replace("/", "--") + CONFIG_SUFFIX
+
+
+@dataclass
+class ModelConfig:
+    model_id: str
+    path: Path
+    raw: dict[str, Any]
+
+    @property
+    def text(self) -> dict[str, Any]:
+        """The language-model section: ``text_config`` when the top level is a wrapper."""
+        nested = self.raw.get("text_config")
+        if "num_attention_heads" not in self.raw and isinstance(nested, dict):
+            return nested
+        return self.raw
+
+    def get(self, name: str, default: Any = REQUIRED) -> Any:
+        node: Any = self.text
+        for part in name.split("."):
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            else:
+                if default is REQUIRED:
+                    raise ModelConfigError(
+                        f"config of {self.model_id} has no field {name!r}",
+                        file=self.path,
+                        fix=f"add {name!r} to the config, or use the config the model was published with",
+                    )
+                return default
+        return node
+
+    @property
+    def native_heads(self) -> int:
+        value = self.get("num_attention_heads")
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ModelConfigError(
+                f"num_attention_heads of {self.model_id} is not a positive integer",
+                file=self.path,
+                values={"num_attention_heads": value},
+                fix="correct num_attention_heads in the config",
+            )
+        return value
+
+    @property
+    def kv_heads(self) -> int | None:
+        value = self.get("num_key_value_heads", None)
+        return value if isinstance(value, int) else None
+
+    @property
+    def architectures(self) -> tuple[str, ...]:
+        """Both the wrapper's and the language model's architectures (tables record either)."""
+        names: list[str] = []
+        for section in (self.raw, self.text):
+            for name in section.get("architectures") or ():
+                if name not in names:
+                    names.append(str(name))
+        return tuple(names)
+
+    def geometry(self, fields: Sequence[ConfigField]) -> tuple[tuple[str, Any], ...]:
+        """(field, value) pairs for the fields a module reads, plus the native count."""
+        values: list[tuple[str, Any]] = [("num_attention_heads", self.native_heads)]
+        for f in fields:
+            value = self.get(f.name, f.default)
+            values.append((f.name, _hashable(value)))
+        return tuple(values)
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+@dataclass
+class ModelRegistry:
+    """Model id -> config file, over an ordered list of folders (later folders win)."""
+
+    folders: list[Path]
+    _paths: dict[str, Path] = field(default_factory=dict)
+    _cache: dict[str, ModelConfig] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for folder in self.folders:
+            if not folder.is_dir():
+                raise ModelConfigError(
+                    "model-config folder does not exist",
+                    file=folder,
+                    fix="pass a folder holding org--Name_config.json files",
+                )
+            for entry in sorted(folder.iterdir()):
+                model_id = model_id_from_filename(entry.name)
+                if model_id is not None:
+                    self._paths[model_id] = entry
+
+    @classmethod
+    def default(cls, extra: Iterable[str | os.PathLike[str]] | None = None) -> "ModelRegistry":
+        from .catalog import embedded_model_configs
+
+        folders: list[Path] = [embedded_model_configs()]
+        env = os.environ.get(MODEL_CONFIGS_ENV)
+        if env:
+            folders += [Path(p).expanduser() for p in env.split(os.pathsep) if p]
+        folders += [Path(p).expanduser() for p in (extra or [])]
+        return cls(folders)
+
+    def ids(self) -> list[str]:
+        return sorted(self._paths)
+
+    def __contains__(self, model_id: str) -> bool:
+        return model_id in self._paths
+
+    def get(self, model_id: str) -> ModelConfig:
+        cached = self._cache.get(model_id)
+        if cached is not None:
+            return cached
+        path = self._paths.get(model_id)
+        if path is None:
+            raise UnknownModelError(
+                f"no HF config for model {model_id!r}",
+                values={"model": model_id},
+                fix=(
+                    f"save the model's config.json as {config_filename(model_id)} in a folder and "
+                    f"pass it with --model-configs DIR (or set {MODEL_CONFIGS_ENV})"
+                ),
+            )
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ModelConfigError(
+                f"cannot read config of {model_id}: {exc}", file=path, fix="repair or replace the JSON file"
+            ) from exc
+        if not isinstance(raw, dict):
+            raise ModelConfigError(
+                f"config of {model_id} is not a JSON object", file=path, fix="replace the file"
+            )
+        config = ModelConfig(model_id, path, raw)
+        self._cache[model_id] = config
+        return config

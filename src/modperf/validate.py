@@ -1,0 +1,454 @@
+"""The guards: read one table, check it against its family's declaration, collect every failure.
+
+Nothing here repairs data. A table either passes every guard and comes out as a
+:class:`ValidatedTable` (typed numpy columns plus each row's native head count), or the caller
+gets the complete list of failures, each a typed error naming file, rows, values and fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from . import errors as E
+from .codes import factorize, unique_codes
+from .catalog import TableRef
+from .families.base import (
+    ARCHITECTURE,
+    EXTRA_MEASUREMENTS,
+    HEADS,
+    LATENCY,
+    MODEL,
+    PROVENANCE_COLUMNS,
+    TP,
+    Family,
+    TableSpec,
+    Tier,
+)
+from .models import ModelConfig, ModelRegistry
+
+#: Heads columns: a fractional value here is its own error kind.
+HEAD_COLUMNS = (HEADS, "num_key_value_heads", "local_num_heads")
+#: Legacy tables (the MLA kernel before rank-local heads) lack num_heads entirely.
+MIGRATE_FIX = "run `modperf migrate {file} --model MODEL_ID` (dry run first) to write rank-local num_heads"
+
+
+def read_arrow(path: Path, columns: Iterable[str] | None = None) -> pa.Table:
+    """Read a parquet or legacy CSV table; any read failure becomes UnreadableTableError.
+
+    String columns come back dictionary-encoded: perf tables repeat a handful of strings
+    (op names, dtypes, model ids) over every row, and decoding them into per-row strings is
+    most of the cost of a plain read.
+    """
+    try:
+        if path.name.endswith(".txt") or path.name.endswith(".csv"):
+            return pacsv.read_csv(path)
+        schema = pq.read_schema(path)
+        wanted = [c for c in schema.names if columns is None or c in columns]
+        strings = [f.name for f in schema if f.name in wanted and _is_string(f.type)]
+        return pq.read_table(path, columns=wanted, read_dictionary=strings)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise E.UnreadableTableError(
+            f"cannot read table: {exc}",
+            file=path,
+            fix="the file is truncated or not a parquet/CSV table: restore it from its source or re-collect it",
+        ) from exc
+
+
+@dataclass
+class Categorical:
+    codes: np.ndarray  # int32, one per row
+    values: list[str]  # code -> value
+
+
+@dataclass
+class ValidatedTable:
+    """A table that passed every guard, as typed columns."""
+
+    ref: TableRef
+    family: Family
+    spec: TableSpec
+    n_rows: int
+    categorical: dict[str, Categorical]
+    integers: dict[str, np.ndarray]  # int64 columns (keys, tp_size)
+    latency: np.ndarray  # float64
+    model: Categorical | None
+    #: The row's native head count (None where the table cannot tell: local tier without tp).
+    native: np.ndarray | None
+    configs: dict[str, ModelConfig] = field(default_factory=dict)
+    geometry: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+    missing_optional: tuple[str, ...] = ()
+
+    @property
+    def local(self) -> np.ndarray:
+        return self.integers[HEADS]
+
+    def present(self, names: Iterable[str]) -> tuple[str, ...]:
+        return tuple(n for n in names if n in self.categorical or n in self.integers)
+
+
+def _is_string(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _encode(column: pa.ChunkedArray) -> Categorical:
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    if column.num_chunks == 1:
+        chunk = column.chunk(0)
+        return Categorical(chunk.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False),
+                           [str(v) for v in chunk.dictionary.to_pylist()])
+    # chunks may carry different dictionaries: unify them, then concatenate the indices
+    unified = pa.Table.from_arrays([column], names=["c"]).unify_dictionaries().column("c")
+    codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in unified.chunks]) \
+        if unified.num_chunks else np.zeros(0, dtype=np.int32)
+    values = unified.chunk(0).dictionary.to_pylist() if unified.num_chunks else []
+    return Categorical(codes.astype(np.int32, copy=False), [str(v) for v in values])
+
+
+def _rows(mask: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(mask)
+
+
+class _Collector:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.failures: list[E.ModperfError] = []
+
+    def add(self, cls: type[E.ModperfError], message: str, *, rows: np.ndarray | None = None,
+            values: dict[str, Any] | None = None, fix: str | None = None) -> None:
+        kwargs: dict[str, Any] = {"file": self.path, "values": values, "fix": fix}
+        if rows is not None:
+            kwargs["rows"] = rows[: E.ROWS_SHOWN].tolist()
+            kwargs["row_count"] = int(rows.size)
+        self.failures.append(cls(message, **kwargs))
+
+
+def validate_table(
+    ref: TableRef, family: Family, registry: ModelRegistry, table: pa.Table | None = None
+) -> tuple[ValidatedTable | None, list[E.ModperfError]]:
+    """Run every guard on one table. Returns (validated, []) or (None, failures)."""
+    path = ref.path
+    spec = family.spec(ref.table)
+    out = _Collector(path)
+    if table is None:
+        try:
+            table = read_arrow(path)
+        except E.UnreadableTableError as exc:
+            return None, [exc]
+    names = set(table.column_names)
+
+    # -- columns present -------------------------------------------------------------------
+    required = [c for c in spec.key_columns if c not in spec.optional] + [LATENCY]
+    if family.requires_tp:
+        required.append(TP)
+    if family.requires_model:
+        required.append(MODEL)
+    for col in required:
+        if col in names:
+            continue
+        if col == HEADS:
+            fix = MIGRATE_FIX.format(file=path)
+            msg = "no num_heads column: legacy layout whose head axis is unknown (nothing is backfilled)"
+        elif col == TP:
+            fix = "tp_size is mandatory in module tables: re-collect with a collector that records it"
+            msg = "no tp_size column"
+        elif col == MODEL:
+            fix = (f"add a `model` column with each row's HF model id (`modperf migrate {path} --model "
+                   "MODEL_ID` writes it for single-model legacy tables)")
+            msg = "no model column: the native head count cannot be derived"
+        else:
+            fix = f"re-collect {ref.table} with its key column {col!r}, or migrate the file"
+            msg = f"missing key column {col!r}"
+        out.add(E.MissingColumnError, msg, values={"table": ref.table, "column": col}, fix=fix)
+    known = set(spec.key_columns) | {LATENCY, TP, *PROVENANCE_COLUMNS, *EXTRA_MEASUREMENTS}
+    for col in sorted(names - known):
+        out.add(
+            E.UnexpectedColumnError,
+            f"column {col!r} is not declared for table {ref.table} (family {family.name}); it may key rows "
+            "that would otherwise be merged",
+            values={"column": col},
+            fix=f"declare {col!r} in modperf/families/{family.name}.py if it is a key, or drop it from the file",
+        )
+    if out.failures and any(isinstance(f, E.MissingColumnError) for f in out.failures):
+        return None, out.failures
+
+    n = table.num_rows
+    missing_optional = tuple(c for c in spec.optional if c not in names)
+
+    # -- types and nulls -------------------------------------------------------------------
+    categorical: dict[str, Categorical] = {}
+    integers: dict[str, np.ndarray] = {}
+    string_cols = [c for c in spec.categorical if c in names]
+    int_cols = [c for c in (*spec.integer_keys, TP) if c in names]
+    int_cols = list(dict.fromkeys(int_cols))
+    provenance_strings = [c for c in (MODEL, ARCHITECTURE, "version") if c in names]
+    for col in string_cols + provenance_strings:
+        column = table.column(col)
+        if not _is_string(column.type):
+            out.add(E.ColumnTypeError, f"column {col!r} is {column.type}, expected string",
+                    values={"column": col}, fix=f"store {col!r} as a string column")
+            continue
+        if column.null_count:
+            bad = _rows(np.asarray(column.is_null().to_numpy(zero_copy_only=False)))
+            out.add(E.NullValueError, f"null {col!r}", rows=bad, values={"column": col},
+                    fix=f"fill {col!r} on these rows from the collection log, or drop the rows")
+            continue
+        categorical[col] = _encode(column)
+    for col in int_cols:
+        column = table.column(col)
+        t = column.type
+        if column.null_count:
+            bad = _rows(np.asarray(column.is_null().to_numpy(zero_copy_only=False)))
+            out.add(E.NullValueError, f"null {col!r}", rows=bad, values={"column": col},
+                    fix=f"fill {col!r} on these rows from the collection log, or drop the rows")
+            continue
+        if pa.types.is_integer(t):
+            integers[col] = column.to_numpy().astype(np.int64, copy=False)
+        elif pa.types.is_floating(t):
+            values = column.to_numpy()
+            frac = ~np.isfinite(values) | (values != np.round(values))
+            if frac.any():
+                cls = E.NonIntegerHeadsError if col in HEAD_COLUMNS else E.ColumnTypeError
+                bad = _rows(frac)
+                out.add(cls, f"{col!r} holds non-integer values", rows=bad,
+                        values={"column": col, "examples": values[bad[:3]].tolist()},
+                        fix=f"{col!r} counts things: find how these rows were produced and re-collect them")
+            else:
+                out.add(E.ColumnTypeError, f"column {col!r} is {t}, expected an integer type",
+                        values={"column": col},
+                        fix=f"store {col!r} as int64 (its values are whole numbers)")
+        else:
+            out.add(E.ColumnTypeError, f"column {col!r} is {t}, expected an integer type",
+                    values={"column": col}, fix=f"store {col!r} as int64")
+    latency = None
+    if LATENCY in names:
+        column = table.column(LATENCY)
+        if not pa.types.is_floating(column.type):
+            out.add(E.ColumnTypeError, f"column 'latency' is {column.type}, expected float (ms)",
+                    values={"column": LATENCY}, fix="store latency in milliseconds as float64")
+        elif column.null_count:
+            bad = _rows(np.asarray(column.is_null().to_numpy(zero_copy_only=False)))
+            out.add(E.NullValueError, "null latency", rows=bad, values={"column": LATENCY},
+                    fix="re-measure these rows or drop them")
+        else:
+            latency = column.to_numpy().astype(np.float64, copy=False)
+    if out.failures:
+        return None, out.failures
+    assert latency is not None
+
+    # -- value ranges ----------------------------------------------------------------------
+    for col in (HEADS, TP, "local_num_heads"):
+        if col in integers:
+            bad = _rows(integers[col] <= 0)
+            if bad.size:
+                out.add(E.InvalidHeadsError, f"{col!r} must be a positive integer", rows=bad,
+                        values={"column": col, "examples": integers[col][bad[:3]].tolist()},
+                        fix=f"re-collect these rows; a {col} of zero or less never ran")
+
+    model = categorical.pop(MODEL, None)
+    architecture = categorical.pop(ARCHITECTURE, None)
+    version = categorical.pop("version", None)
+    configs: dict[str, ModelConfig] = {}
+    row_config_ok = np.ones(n, dtype=bool)
+    if model is not None:
+        used = np.bincount(model.codes, minlength=len(model.values)) > 0
+        for code, name in enumerate(model.values):
+            if not used[code]:
+                continue
+            try:
+                cfg = registry.get(name)
+                cfg.native_heads  # noqa: B018  (validates the field)
+                configs[name] = cfg
+            except E.ModelError as exc:
+                rows = _rows(model.codes == code)
+                row_config_ok[rows] = False
+                out.add(type(exc), exc.detail, rows=rows, values={"model": name, **exc.values}, fix=exc.fix)
+    geometry: dict[str, tuple[tuple[str, Any], ...]] = {}
+    if model is not None and family.tier is not Tier.LOCAL:
+        fields = family.geometry_for(ref.table)
+        for name, cfg in configs.items():
+            try:
+                geometry[name] = cfg.geometry(fields)
+            except E.ModelError as exc:
+                rows = _rows(model.codes == model.values.index(name))
+                row_config_ok[rows] = False
+                out.add(type(exc), f"{exc.detail} (the {family.title} reads it)", rows=rows,
+                        values={"model": name}, fix=exc.fix)
+
+    # per-row native head count, by the family's rule
+    native: np.ndarray | None = None
+    if model is not None and configs:
+        by_code = np.array([configs[m].native_heads if m in configs else -1 for m in model.values], dtype=np.int64)
+        native = by_code[model.codes]
+    elif TP in integers and family.tier is Tier.LOCAL and (integers[TP] > 1).any():
+        # A file of tp chains records the native as num_heads * tp_size. A file of tp=1 sweeps
+        # alone does not record it (every local count is a grid point), so none is derived.
+        native = integers[HEADS] * integers[TP]
+
+    if architecture is not None and model is not None:
+        width = len(architecture.values)
+        pairs = unique_codes(model.codes.astype(np.int64) * width + architecture.codes)
+        for m_code, a_code in zip(pairs // width, pairs % width):
+            name, arch = model.values[m_code], architecture.values[a_code]
+            cfg = configs.get(name)
+            if cfg is not None and cfg.architectures and arch not in cfg.architectures:
+                rows = _rows((model.codes == m_code) & (architecture.codes == a_code))
+                out.add(E.ArchitectureMismatchError,
+                        f"architecture {arch!r} does not match the config of {name}",
+                        rows=rows, values={"model": name, "architecture": arch,
+                                           "config_architectures": list(cfg.architectures)},
+                        fix="correct the model column (the name may belong to another checkpoint) or the config")
+
+    # -- latency values --------------------------------------------------------------------
+    bad_latency = ~np.isfinite(latency) | (latency < 0)
+    zero = latency == 0
+    if zero.any() and spec.zero_latency_rule is not None and model is not None:
+        allowed = np.zeros(n, dtype=bool)
+        ok_rows = zero & row_config_ok
+
+        def per_row(field_name: str) -> np.ndarray:
+            values = np.array(
+                [configs[m].get(field_name) if m in configs else -1 for m in model.values], dtype=np.int64
+            )
+            return values[model.codes]
+
+        if ok_rows.any():
+            allowed = spec.zero_latency_rule({**integers}, per_row) & ok_rows
+        zero &= ~allowed
+    bad_latency |= zero
+    if bad_latency.any():
+        rows = _rows(bad_latency)
+        note = f"; this table allows 0 only where {spec.zero_latency_note}" if spec.zero_latency_note else ""
+        out.add(E.InvalidLatencyError, f"latency must be finite and > 0 ms{note}", rows=rows,
+                values={"examples": latency[rows[:3]].tolist()},
+                fix="re-measure these rows; a failed or skipped measurement must not be stored as a latency")
+
+    # -- head axis: stale fingerprint, rank-local, native contract -------------------------
+    stale_rows = np.zeros(n, dtype=bool)
+    if family.stale_guard and TP in integers and HEADS in integers:
+        stale_rows = _stale_fingerprint(out, model, version, integers, path, n)
+    if native is not None and HEADS in integers and TP in integers and model is not None:
+        heads, tp = integers[HEADS], integers[TP]
+        known = row_config_ok & (native > 0)
+        if family.tier is Tier.NATIVE:
+            _native_contract(out, model, heads, tp, native, known, integers.get("local_num_heads"))
+        else:
+            bad = known & ~stale_rows & (tp > 1) & (heads * tp != native)
+            if bad.any():
+                _report_by_model(
+                    out, E.RankLocalError, bad, model, heads, tp, native,
+                    "tp_size > 1 row is not rank-local: num_heads * tp_size != native",
+                    "num_heads must be the heads one rank runs (native // tp_size); re-collect these rows, "
+                    "or run `modperf migrate` if the file used the native convention throughout",
+                )
+
+    # -- collisions: equal native, different geometry ---------------------------------------
+    if family.tier is not Tier.LOCAL and geometry:
+        _collisions(out, family, ref.table, configs, geometry)
+
+    if out.failures:
+        return None, out.failures
+    return (
+        ValidatedTable(ref, family, spec, n, categorical, integers, latency, model, native, configs,
+                       geometry, missing_optional),
+        [],
+    )
+
+
+def _stale_fingerprint(out: _Collector, model: Categorical | None, version: Categorical | None,
+                       integers: dict[str, np.ndarray], path: Path, n: int) -> np.ndarray:
+    """Inside one (model, version) group, num_heads constant while tp_size varies is the
+    retired native convention."""
+    group = np.zeros(n, dtype=np.int64)
+    if model is not None:
+        group += model.codes
+    if version is not None:
+        group = group * (len(version.values) + 1) + version.codes
+    heads, tp = integers[HEADS], integers[TP]
+    stale = np.zeros(n, dtype=bool)
+    groups, group = factorize(group)
+    tp_values, tp_code = factorize(tp)
+    head_values, head_code = factorize(heads)
+    tps_per_group = np.bincount(unique_codes(group * tp_values.size + tp_code) // tp_values.size,
+                                minlength=groups.size)
+    heads_per_group = np.bincount(unique_codes(group * head_values.size + head_code) // head_values.size,
+                                  minlength=groups.size)
+    for g in np.flatnonzero((tps_per_group >= 2) & (heads_per_group == 1)):
+        rows = group == g
+        stale |= rows
+        where = _rows(rows)
+        name = model.values[model.codes[where[0]]] if model is not None else None
+        out.add(
+            E.StaleConventionError,
+            "stale head-axis convention: num_heads is constant while tp_size varies "
+            "(the retired native convention; rows would key the wrong local count)",
+            rows=where,
+            values={"model": name, "num_heads": int(heads[where[0]]),
+                    "tp_sizes": np.unique(tp[rows]).tolist()},
+            fix=f"run `modperf migrate {path}` to rewrite num_heads = native // tp_size (dry run first, "
+                "then --execute)",
+        )
+    return stale
+
+
+def _report_by_model(out: _Collector, cls: type[E.ModperfError], bad: np.ndarray, model: Categorical,
+                     heads: np.ndarray, tp: np.ndarray, native: np.ndarray, message: str, fix: str) -> None:
+    # only the offending rows, usually few: a sort here is cheap
+    combos = np.unique(np.stack([model.codes[bad], heads[bad], tp[bad]]), axis=1)
+    for m_code, h, t in combos.T:
+        rows = _rows(bad & (model.codes == m_code) & (heads == h) & (tp == t))
+        nat = int(native[rows[0]])
+        out.add(cls, message, rows=rows,
+                values={"model": model.values[m_code], "num_heads": int(h), "tp_size": int(t),
+                        "native": nat, "expected_num_heads": nat / int(t) if nat % int(t) else nat // int(t)},
+                fix=fix)
+
+
+def _native_contract(out: _Collector, model: Categorical, heads: np.ndarray, tp: np.ndarray,
+                     native: np.ndarray, known: np.ndarray, local_heads: np.ndarray | None) -> None:
+    bad = known & (heads != native)
+    if bad.any():
+        _report_by_model(
+            out, E.NativeContractError, bad, model, heads, tp, native,
+            "native-keyed table: num_heads must be the model's native count on every row",
+            "this table is native-keyed by contract; do not migrate it: re-collect the rows with num_heads = "
+            "num_attention_heads of the model",
+        )
+    if local_heads is not None:
+        bad = known & (local_heads * tp != heads)
+        if bad.any():
+            _report_by_model(
+                out, E.RankLocalError, bad, model, local_heads, tp, native,
+                "local_num_heads * tp_size != num_heads (native)",
+                "local_num_heads must be native // tp_size; re-collect these rows",
+            )
+
+
+def _collisions(out: _Collector, family: Family, table: str, configs: dict[str, ModelConfig],
+                geometry: dict[str, tuple[tuple[str, Any], ...]]) -> None:
+    by_native: dict[int, dict[tuple, list[str]]] = {}
+    for name, geo in geometry.items():
+        by_native.setdefault(configs[name].native_heads, {}).setdefault(geo, []).append(name)
+    for nat, groups in sorted(by_native.items()):
+        if len(groups) < 2:
+            continue
+        geos = list(groups)
+        differing = sorted({k for (k, v) in geos[0] if any(dict(g)[k] != v for g in geos[1:])})
+        out.add(
+            E.GeometryCollisionError,
+            f"models with different {family.title} geometry share native bucket {nat}",
+            values={"native": nat, "models": [sorted(v) for v in groups.values()],
+                    "differing_fields": {k: [dict(g)[k] for g in geos] for k in differing}},
+            fix=f"split the file by model, or, if the configs are wrong, correct them; the {family.name} "
+                f"family reads {', '.join(f.name for f in family.geometry_for(table))}",
+        )

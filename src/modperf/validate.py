@@ -100,6 +100,11 @@ def _is_string(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
+def _stored(t: pa.DataType) -> pa.DataType:
+    """The type as the file stores it (strings are read dictionary-encoded)."""
+    return t.value_type if pa.types.is_dictionary(t) else t
+
+
 def _encode(column: pa.ChunkedArray) -> Categorical:
     if not pa.types.is_dictionary(column.type):
         column = column.dictionary_encode()
@@ -195,7 +200,7 @@ def validate_table(
     for col in string_cols + provenance_strings:
         column = table.column(col)
         if not _is_string(column.type):
-            out.add(E.ColumnTypeError, f"column {col!r} is {column.type}, expected string",
+            out.add(E.ColumnTypeError, f"column {col!r} is {_stored(column.type)}, expected string",
                     values={"column": col}, fix=f"store {col!r} as a string column")
             continue
         if column.null_count:
@@ -228,13 +233,13 @@ def validate_table(
                         values={"column": col},
                         fix=f"store {col!r} as int64 (its values are whole numbers)")
         else:
-            out.add(E.ColumnTypeError, f"column {col!r} is {t}, expected an integer type",
+            out.add(E.ColumnTypeError, f"column {col!r} is {_stored(t)}, expected an integer type",
                     values={"column": col}, fix=f"store {col!r} as int64")
     latency = None
     if LATENCY in names:
         column = table.column(LATENCY)
         if not pa.types.is_floating(column.type):
-            out.add(E.ColumnTypeError, f"column 'latency' is {column.type}, expected float (ms)",
+            out.add(E.ColumnTypeError, f"column 'latency' is {_stored(column.type)}, expected float (ms)",
                     values={"column": LATENCY}, fix="store latency in milliseconds as float64")
         elif column.null_count:
             bad = _rows(np.asarray(column.is_null().to_numpy(zero_copy_only=False)))
@@ -242,7 +247,9 @@ def validate_table(
                     fix="re-measure these rows or drop them")
         else:
             latency = column.to_numpy().astype(np.float64, copy=False)
-    if out.failures:
+    # Type and null failures leave columns that cannot be read as numbers: stop here (every
+    # such failure is already collected). An unexpected column alone does not stop the checks.
+    if any(isinstance(f, (E.ColumnTypeError, E.NonIntegerHeadsError, E.NullValueError)) for f in out.failures):
         return None, out.failures
     assert latency is not None
 
@@ -442,7 +449,8 @@ def _collisions(out: _Collector, family: Family, table: str, configs: dict[str, 
     for nat, groups in sorted(by_native.items()):
         if len(groups) < 2:
             continue
-        geos = list(groups)
+        geos = sorted(groups, key=lambda g: sorted(groups[g]))
+        groups = {g: groups[g] for g in geos}
         differing = sorted({k for (k, v) in geos[0] if any(dict(g)[k] != v for g in geos[1:])})
         out.add(
             E.GeometryCollisionError,

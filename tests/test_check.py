@@ -1,0 +1,136 @@
+"""The guardrail over the whole embedded corpus, and the historical fixtures."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from modperf import errors as E
+from modperf.catalog import Catalog
+from modperf.check import check
+from modperf.families import family_of, head_bearing_tables
+from modperf.families.base import Tier
+
+EXPECTED_NATIVES = {
+    "deepseek-ai/DeepSeek-V3": 128, "deepseek-ai/DeepSeek-V3.2": 128, "deepseek-ai/DeepSeek-V4-Pro": 128,
+    "sgl-project/DeepSeek-V4-Pro-FP8": 128, "sgl-project/DeepSeek-V4-Flash-FP8": 64, "moonshotai/Kimi-K3": 96,
+    "MiniMaxAI/MiniMax-M3": 64, "zai-org/GLM-5": 64, "zai-org/GLM-5-FP8": 64, "zai-org/GLM-5.2": 64,
+    "zai-org/GLM-5.2-FP8": 64, "nvidia/GLM-5.2-NVFP4": 64,
+}
+
+
+@pytest.fixture(scope="module")
+def corpus_report():
+    return check()
+
+
+def test_every_head_bearing_table_loads(corpus_report):
+    assert corpus_report.ok, [str(f) for f in corpus_report.failures[:5]]
+    assert len(corpus_report.files) == 363
+    assert corpus_report.rows == 5_464_709
+    assert corpus_report.skipped == 373
+    per_family = {k: (v.files, v.rows) for k, v in corpus_report.families.items()}
+    assert per_family == {
+        "gqa": (60, 2_745_399), "mla_kernel": (80, 141_026), "mla_module": (32, 238_084), "dsa": (40, 906_997),
+        "msa": (42, 360_007), "dsv4": (67, 892_973), "sparse_kernel": (42, 180_223),
+    }
+
+
+def test_natives_per_family(corpus_report):
+    natives = {k: sorted(v.natives) for k, v in corpus_report.families.items()}
+    assert natives == {"gqa": [], "mla_kernel": [64, 128], "mla_module": [96, 128], "dsa": [64, 128],
+                       "msa": [64], "dsv4": [64, 128], "sparse_kernel": [64, 128]}
+    # the corpus holds no alias duplicates today; every merged row is a same-model re-measurement
+    assert sum(v.alias_duplicate_points for v in corpus_report.families.values()) == 0
+    assert corpus_report.families["dsv4"].duplicates_merged == 158_332
+
+
+def test_mla_kernel_agreement_is_the_local_only_evidence(corpus_report):
+    """Files holding both a 64- and a 128-native tp chain measure the same local key twice;
+    the chains agree to well under 1% in the median."""
+    agreement = {a["table"]: a for a in corpus_report.families["mla_kernel"].agreement}
+    assert sorted(agreement) == [
+        "a100_sxm/mla/trtllm/1.0.0/context_mla", "a100_sxm/mla/trtllm/1.0.0/generation_mla",
+        "l40s/mla/trtllm/1.0.0/context_mla", "l40s/mla/trtllm/1.0.0/generation_mla"]
+    a100 = agreement["a100_sxm/mla/trtllm/1.0.0/context_mla"]
+    assert a100["natives"] == [64, 128] and a100["shared_keys"] == 1044
+    assert a100["median_rel_diff"] == pytest.approx(0.005898, abs=1e-6)
+    assert all(a["median_rel_diff"] < 0.01 for a in agreement.values())
+
+
+def test_rank_local_and_configs_independently(models):
+    """Recomputed from the raw files, without the loader: every model has a config, its native
+    is the expected one, and every tp>1 row of a non-sparse table is rank-local."""
+    seen: dict[str, set[int]] = defaultdict(set)
+    tp_gt1_rows = 0
+    for ref in Catalog.scan().select(tables=head_bearing_tables()):
+        names = pq.read_schema(ref.path).names
+        if "model" not in names:
+            continue
+        t = pq.read_table(ref.path, columns=["model", "num_heads", "tp_size"])
+        model = np.array(t.column("model").to_pylist())
+        heads, tp = t.column("num_heads").to_numpy(), t.column("tp_size").to_numpy()
+        for name in np.unique(model):
+            native = models.get(str(name)).native_heads
+            seen[str(name)].add(native)
+            rows = model == name
+            if family_of(ref.table).tier is Tier.NATIVE:
+                assert (heads[rows] == native).all(), ref.label
+            else:
+                chain = rows & (tp > 1)
+                tp_gt1_rows += int(chain.sum())
+                assert (heads[chain] * tp[chain] == native).all(), ref.label
+    assert {m: sorted(v) for m, v in seen.items()} == {m: [n] for m, n in EXPECTED_NATIVES.items()}
+    assert tp_gt1_rows == 1_247_853
+
+
+# --- ../shared fixtures ---------------------------------------------------------------------
+
+def test_stale_dsv4_tables_are_rejected(fixtures: Path):
+    report = check([str(fixtures / "01_dsv4_stale_vs_migrated" / "stale_parent_eed87c1c9")])
+    assert not report.ok and len(report.files) == 5
+    assert {type(f) for f in report.failures} == {E.StaleConventionError}
+    assert all("modperf migrate" in f.fix for f in report.failures)
+    csa = next(fr for fr in report.files if fr.ref.table == "dsv4_csa_context_module" and fr.ref.system == "b200_sxm")
+    assert sorted((f.values["model"], f.values["num_heads"], f.row_count) for f in csa.failures) == [
+        ("deepseek-ai/DeepSeek-V4-Flash", 64, 5), ("deepseek-ai/DeepSeek-V4-Pro", 128, 8),
+        ("sgl-project/DeepSeek-V4-Flash-FP8", 64, 752)]
+    assert all(f.values["tp_sizes"] == [1, 2, 4, 8] for f in csa.failures)
+
+
+def test_migrated_twins_and_the_native_keyed_control_load(fixtures: Path):
+    base = fixtures / "01_dsv4_stale_vs_migrated"
+    report = check([str(base / "migrated_93dfd1fd2"), str(base / "native_keyed_kernel_93dfd1fd2")])
+    assert report.ok and len(report.files) == 6
+    control = next(fr for fr in report.files if fr.ref.table == "dsv4_hca_attn_module")
+    # num_heads constant (64 / 128) across tp 1..8 by contract: not stale
+    assert control.family == "sparse_kernel" and control.rows == 1688 and control.natives == [64, 128]
+
+
+def test_legacy_tables_without_num_heads_point_to_migration(fixtures: Path):
+    report = check([str(fixtures / "03_legacy_no_num_heads")])
+    assert len(report.files) == 2 and not report.ok
+    for fr in report.files:
+        heads = [f for f in fr.failures if f.values.get("column") == "num_heads"]
+        assert len(heads) == 1 and isinstance(heads[0], E.MissingColumnError)
+        assert heads[0].fix.startswith(f"run `modperf migrate {fr.ref.path} --model MODEL_ID`")
+
+
+def test_every_fixture_table_outside_the_stale_and_legacy_sets_loads(fixtures: Path):
+    report = check([str(fixtures)])
+    bad = {fr.ref.path.relative_to(fixtures).parts[0] for fr in report.files if not fr.ok}
+    assert bad == {"01_dsv4_stale_vs_migrated", "03_legacy_no_num_heads"}
+    assert sum(not fr.ok for fr in report.files) == 7  # 5 stale parents + 2 legacy CSVs
+    alias = [fr for fr in report.files if fr.ref.path.parts[-6] == "githead_095f58a51"]
+    assert sorted((fr.ref.table, fr.alias_duplicate_points) for fr in alias) == [
+        ("dsa_generation_module", 5888), ("mla_context_module", 3886), ("mla_generation_module", 5886)]
+
+
+def test_unknown_table_filter_is_a_usage_error():
+    with pytest.raises(E.UnknownTableError) as info:
+        check(table="gemm")
+    assert info.value.exit_code == 2 and "'gemm' is not a head-bearing table" in str(info.value)

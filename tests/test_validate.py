@@ -1,0 +1,249 @@
+"""One test per guard: each builds a bad variant of a real corpus table and asserts the exact
+error type and the key parts of its message (file, rows, values, fix)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from modperf import errors as E
+from modperf.catalog import TableRef, refs_for_paths
+from modperf.load import try_load
+from modperf.models import ModelRegistry
+
+MLA_MODULE = ("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module")  # DeepSeek-V3, tp=1 sweep
+DSV4_GEN = ("h200_sxm", "sglang", "0.5.14", "dsv4_csa_generation_module")  # Flash-FP8 + Pro-FP8 tp chains
+GLM5_TOPK = ("h200_sxm", "sglang", "0.5.14", "glm5_topk_module")  # native-keyed, zero latencies by contract
+
+
+def variant(db, tmp_path: Path, slot: tuple[str, str, str, str],
+            mutate: Callable[[pa.Table], pa.Table]) -> TableRef:
+    """A mutated copy of a real table, written in the standard layout under tmp_path."""
+    ref = db.ref(*slot)
+    table = mutate(pq.read_table(ref.path))
+    out = tmp_path / ref.system / ref.family_dir / ref.backend / ref.version / ref.path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out)
+    return refs_for_paths([out])[0]
+
+
+def set_col(table: pa.Table, name: str, values) -> pa.Table:
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, name, pa.array(values) if not isinstance(values, pa.Array) else values)
+
+
+def patched(table: pa.Table, name: str, rows: dict[int, object]) -> pa.Table:
+    values = table.column(name).to_pylist()
+    for r, v in rows.items():
+        values[r] = v
+    return set_col(table, name, pa.array(values, type=table.schema.field(name).type))
+
+
+def failures(ref: TableRef, models: ModelRegistry) -> list[E.ModperfError]:
+    result = try_load(ref, models)
+    assert result.table is None, "the variant should have been rejected"
+    return result.failures
+
+
+def only(fs: list[E.ModperfError], cls: type[E.ModperfError]) -> E.ModperfError:
+    assert [type(f) for f in fs] == [cls], [str(f) for f in fs]
+    return fs[0]
+
+
+def test_the_base_tables_load(db, models):
+    for slot in (MLA_MODULE, DSV4_GEN, GLM5_TOPK):
+        assert try_load(db.ref(*slot), models).ok
+
+
+def test_unreadable_truncated_parquet(db, models, tmp_path):
+    src = db.ref(*MLA_MODULE).path
+    out = tmp_path / "h200_sxm" / "mla" / "trtllm" / "1.3.0rc20" / src.name
+    out.parent.mkdir(parents=True)
+    out.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
+    f = only(failures(refs_for_paths([out])[0], models), E.UnreadableTableError)
+    assert f.file == str(out)
+    assert str(f).startswith(f"{out}: cannot read table:")
+    assert "the file is truncated or not a parquet/CSV table" in f.fix
+
+
+def test_missing_num_heads_points_to_migrate(db, models, tmp_path):
+    ref = variant(db, tmp_path, MLA_MODULE, lambda t: t.drop_columns(["num_heads"]))
+    f = only(failures(ref, models), E.MissingColumnError)
+    assert f.values == {"table": "mla_context_module", "column": "num_heads"}
+    assert "no num_heads column: legacy layout whose head axis is unknown (nothing is backfilled)" in str(f)
+    assert f.fix == f"run `modperf migrate {ref.path} --model MODEL_ID` (dry run first) to write rank-local num_heads"
+
+
+def test_missing_tp_size_and_model_are_both_reported(db, models, tmp_path):
+    ref = variant(db, tmp_path, MLA_MODULE, lambda t: t.drop_columns(["tp_size", "model"]))
+    fs = failures(ref, models)
+    assert [type(f) for f in fs] == [E.MissingColumnError, E.MissingColumnError]
+    assert [f.values["column"] for f in fs] == ["tp_size", "model"]
+    assert "tp_size is mandatory in module tables" in fs[0].fix
+    assert "no model column: the native head count cannot be derived" in str(fs[1])
+
+
+def test_non_integer_heads(db, models, tmp_path):
+    def mutate(t):
+        heads = t.column("num_heads").to_numpy().astype(float)
+        heads[[10, 11]] = [21.5, 42.25]
+        return set_col(t, "num_heads", heads)
+
+    f = only(failures(variant(db, tmp_path, MLA_MODULE, mutate), models), E.NonIntegerHeadsError)
+    assert f.rows == [10, 11] and f.row_count == 2
+    assert f.values == {"column": "num_heads", "examples": [21.5, 42.25]}
+    assert "rows 10, 11: 'num_heads' holds non-integer values" in str(f)
+
+
+def test_wrong_dtypes(db, models, tmp_path):
+    def mutate(t):
+        t = set_col(t, "num_heads", t.column("num_heads").to_numpy().astype(float))  # whole numbers, wrong type
+        return set_col(t, "latency", pc.cast(t.column("latency"), pa.string()))
+
+    fs = failures(variant(db, tmp_path, MLA_MODULE, mutate), models)
+    assert [type(f) for f in fs] == [E.ColumnTypeError, E.ColumnTypeError]
+    assert "column 'num_heads' is double, expected an integer type" in str(fs[0])
+    assert fs[0].fix == "store 'num_heads' as int64 (its values are whole numbers)"
+    assert "column 'latency' is string, expected float (ms)" in str(fs[1])
+
+
+def test_null_values(db, models, tmp_path):
+    ref = variant(db, tmp_path, MLA_MODULE, lambda t: patched(t, "kernel_source", {3: None, 9: None}))
+    f = only(failures(ref, models), E.NullValueError)
+    assert f.rows == [3, 9] and "null 'kernel_source'" in str(f)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0, -0.5])
+def test_invalid_latency(db, models, tmp_path, bad):
+    ref = variant(db, tmp_path, MLA_MODULE, lambda t: patched(t, "latency", {7: bad}))
+    f = only(failures(ref, models), E.InvalidLatencyError)
+    assert f.rows == [7]
+    assert "row 7: latency must be finite and > 0 ms" in str(f)
+    assert f.fix.startswith("re-measure these rows")
+
+
+def test_invalid_heads(db, models, tmp_path):
+    ref = variant(db, tmp_path, MLA_MODULE, lambda t: patched(t, "num_heads", {0: 0, 1: -8}))
+    f = only(failures(ref, models), E.InvalidHeadsError)
+    assert f.rows == [0, 1] and f.values == {"column": "num_heads", "examples": [0, -8]}
+
+
+def test_unknown_model(db, models, tmp_path):
+    ref = variant(db, tmp_path, MLA_MODULE, lambda t: patched(t, "model", {5: "acme/Nope-1T"}))
+    f = only(failures(ref, models), E.UnknownModelError)
+    assert f.rows == [5] and f.values["model"] == "acme/Nope-1T"
+    assert "acme--Nope-1T_config.json" in f.fix
+
+
+def test_architecture_mismatch(db, models, tmp_path):
+    ref = variant(db, tmp_path, MLA_MODULE, lambda t: patched(t, "architecture", {2: "LlamaForCausalLM"}))
+    f = only(failures(ref, models), E.ArchitectureMismatchError)
+    assert f.rows == [2]
+    assert f.values == {"model": "deepseek-ai/DeepSeek-V3", "architecture": "LlamaForCausalLM",
+                        "config_architectures": ["DeepseekV3ForCausalLM"]}
+
+
+def test_unexpected_column_fails_closed(db, models, tmp_path):
+    ref = variant(db, tmp_path, MLA_MODULE, lambda t: t.append_column("page_size", pa.array([64] * t.num_rows)))
+    f = only(failures(ref, models), E.UnexpectedColumnError)
+    assert "column 'page_size' is not declared for table mla_context_module (family mla_module)" in str(f)
+
+
+def test_rank_local_guard(db, models, tmp_path):
+    raw = pq.read_table(db.ref(*DSV4_GEN).path)
+    tp = raw.column("tp_size").to_numpy()
+    model = np.array(raw.column("model").to_pylist())
+    row = int(np.flatnonzero((tp == 2) & (model == "sgl-project/DeepSeek-V4-Flash-FP8"))[0])
+    ref = variant(db, tmp_path, DSV4_GEN, lambda t: patched(t, "num_heads", {row: 64}))
+    f = only(failures(ref, models), E.RankLocalError)
+    assert f.rows == [row]
+    assert f.values == {"model": "sgl-project/DeepSeek-V4-Flash-FP8", "num_heads": 64, "tp_size": 2, "native": 64,
+                        "expected_num_heads": 32}
+    assert "tp_size > 1 row is not rank-local: num_heads * tp_size != native" in str(f)
+
+
+def test_stale_fingerprint(db, models, tmp_path):
+    # every Pro-FP8 row back to the retired native convention: 128 at every tp
+    def mutate(t):
+        model = np.array(t.column("model").to_pylist())
+        heads = t.column("num_heads").to_numpy().copy()
+        heads[model == "sgl-project/DeepSeek-V4-Pro-FP8"] = 128
+        return set_col(t, "num_heads", heads)
+
+    ref = variant(db, tmp_path, DSV4_GEN, mutate)
+    f = only(failures(ref, models), E.StaleConventionError)
+    assert f.row_count == 1600
+    assert f.values == {"model": "sgl-project/DeepSeek-V4-Pro-FP8", "num_heads": 128, "tp_sizes": [1, 2, 4, 8]}
+    assert f.fix == f"run `modperf migrate {ref.path}` to rewrite num_heads = native // tp_size (dry run first, then --execute)"
+
+
+def test_native_contract_of_sparse_kernels(db, models, tmp_path):
+    ref = variant(db, tmp_path, GLM5_TOPK, lambda t: patched(t, "num_heads", {4: 32}))
+    f = only(failures(ref, models), E.NativeContractError)
+    assert f.rows == [4] and f.values["native"] == 64 and f.values["num_heads"] == 32
+    assert "do not migrate it" in f.fix
+
+
+def test_zero_latency_only_where_topk_is_a_noop(db, models, tmp_path):
+    raw = pq.read_table(db.ref(*GLM5_TOPK).path)
+    lat = raw.column("latency").to_numpy()
+    kv = raw.column("isl").to_numpy() + raw.column("step").to_numpy()
+    assert (lat == 0).sum() == 2444 and kv[lat == 0].max() == 2048  # GLM-5 index_topk
+    row = int(np.flatnonzero(kv > 2048)[0])
+    ref = variant(db, tmp_path, GLM5_TOPK, lambda t: patched(t, "latency", {row: 0.0}))
+    f = only(failures(ref, models), E.InvalidLatencyError)
+    assert f.rows == [row]
+    assert "this table allows 0 only where 0 ms where (isl + step) // compress_ratio <= index_topk" in str(f)
+
+
+def test_geometry_collision(db, tmp_path):
+    base = json.loads(ModelRegistry.default().get("deepseek-ai/DeepSeek-V3").path.read_text())
+    base["q_lora_rank"] = 3072
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "acme--Wide-V3_config.json").write_text(json.dumps(base))
+    registry = ModelRegistry.default([configs])
+
+    def mutate(t):
+        return patched(t, "model", {r: "acme/Wide-V3" for r in range(100)})
+
+    ref = variant(db, tmp_path, MLA_MODULE, mutate)
+    f = only(failures(ref, registry), E.GeometryCollisionError)
+    assert "models with different MLA attention module geometry share native bucket 128" in str(f)
+    assert f.values["models"] == [["acme/Wide-V3"], ["deepseek-ai/DeepSeek-V3"]]
+    assert f.values["differing_fields"] == {"q_lora_rank": [3072, 1536]}
+
+
+def test_model_without_the_fields_the_module_reads(db, models, tmp_path):
+    # Kimi-K2 shares GLM-5's native (64) but is not a DSA model: no indexer fields
+    ref = variant(db, tmp_path, ("h200_sxm", "vllm", "0.24.0", "dsa_generation_module"),
+                  lambda t: patched(t, "model", {0: "moonshotai/Kimi-K2-Instruct"}))
+    fs = failures(ref, models)
+    assert {type(f) for f in fs} == {E.ModelConfigError, E.ArchitectureMismatchError}
+    cfg_err = next(f for f in fs if isinstance(f, E.ModelConfigError))
+    assert "config of moonshotai/Kimi-K2-Instruct has no field 'index_n_heads' (the DSA attention module reads it)" in str(cfg_err)
+
+
+def test_every_failure_is_collected(db, models, tmp_path):
+    def mutate(t):
+        t = patched(t, "latency", {1: float("nan")})
+        t = patched(t, "model", {2: "acme/Nope"})
+        return t.append_column("extra", pa.array([1] * t.num_rows))
+
+    kinds = sorted(f.kind for f in failures(variant(db, tmp_path, MLA_MODULE, mutate), models))
+    assert kinds == ["invalid_latency", "unexpected_column", "unknown_model"]
+
+    def mutate_types(t):
+        t = set_col(t, "step", t.column("step").to_numpy().astype(float))
+        return patched(t, "op_name", {4: None})
+
+    # unreadable columns stop the row checks, but every column problem is listed
+    kinds = sorted(f.kind for f in failures(variant(db, tmp_path, MLA_MODULE, mutate_types), models))
+    assert kinds == ["column_type", "null_value"]

@@ -1,0 +1,125 @@
+"""Keying: buckets, the duplicate rule, aliases, and natives that never mix."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from modperf.catalog import refs_for_paths
+from modperf.codes import combine, factorize, unique_codes
+from modperf.load import load_table
+
+
+def raw_rows(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
+    t = pq.read_table(path, columns=columns)
+    return {c: np.array(t.column(c).to_pylist()) for c in columns}
+
+
+def test_codes_helpers():
+    uniq, codes = factorize(np.array([7, 3, 7, 1048575, 3]))
+    assert uniq.tolist() == [3, 7, 1048575] and codes.tolist() == [1, 0, 1, 2, 0]
+    assert unique_codes(np.array([5, 1, 5, 2])).tolist() == [1, 2, 5]
+    assert combine([np.array([0, 1]), np.array([2, 0])], [2, 3], 2).tolist() == [2, 3]
+
+
+def test_duplicate_rule_is_the_lower_median(db):
+    """b300 sglang 0.5.14 measured parts of its DSV4 CSA context grid up to six times."""
+    keyed = db.table("b300_sxm", "sglang", "0.5.14", "dsv4_csa_context_module")
+    assert keyed.rows_read == 89_689 and keyed.duplicates_merged == 44_240 and keyed.alias_duplicate_points == 0
+    cols = ["op_name", "kernel_source", "model", "mla_dtype", "kv_cache_dtype", "gemm_type", "num_heads", "batch_size",
+            "isl", "tp_size", "step", "compress_ratio", "latency"]
+    raw = raw_rows(keyed.ref.path, cols)
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for i in range(raw["latency"].size):
+        groups[tuple(raw[c][i] for c in cols[:-1])].append(float(raw["latency"][i]))
+    sizes = {len(v) for v in groups.values()}
+    assert sizes == {1, 2, 3, 6}
+    checked = 0
+    for key, values in groups.items():
+        if len(values) < 2 or checked >= 200:
+            continue
+        native = {"sgl-project/DeepSeek-V4-Flash-FP8": 64, "deepseek-ai/DeepSeek-V4-Pro": 128}[key[2]]
+        bucket = keyed.bucket_id((*key[:2], *key[3:6], key[11], native, key[6]))
+        lo, hi = keyed.offsets[bucket], keyed.offsets[bucket + 1]
+        ax = keyed.axes
+        at = np.flatnonzero((ax["batch_size"][lo:hi] == key[7]) & (ax["isl"][lo:hi] == key[8])
+                            & (ax["step"][lo:hi] == key[10]))
+        assert at.size == 1
+        expected = sorted(values)[(len(values) - 1) // 2]  # lower median: a measured value
+        assert keyed.latency[lo + at[0]] == expected
+        assert keyed.sources[lo + at[0]] == len(values)
+        checked += 1
+    assert checked == 200
+
+
+def test_gb300_mla_module_keeps_kimi_k3_and_deepseek_v3_apart(db):
+    keyed = db.table("gb300", "vllm", "0.27.0", "mla_context_module")
+    assert keyed.key_names == ("op_name", "kernel_source", "mla_dtype", "kv_cache_dtype", "gemm_type", "native",
+                               "num_heads")
+    assert keyed.natives == [96, 128]
+    by_native: dict[int, set[str]] = defaultdict(set)
+    for b in range(keyed.n_buckets):
+        (model,) = keyed.bucket_models[b]  # one model per bucket: the natives never mix
+        by_native[int(keyed.bucket_native[b])].add(model)
+        assert keyed.model_native[model] == keyed.bucket_native[b]
+    assert by_native == {96: {"moonshotai/Kimi-K3"}, 128: {"deepseek-ai/DeepSeek-V3"}}
+    # 8684 DeepSeek-V3 keys share their local key with Kimi-K3 keys, yet every point survives
+    assert keyed.rows_read == keyed.n_points == 21_860
+    locals_96 = sorted({int(l) for l, n in zip(keyed.bucket_local, keyed.bucket_native) if n == 96})
+    assert locals_96 == [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128]
+
+
+def test_aliases_share_a_bucket(fixtures: Path):
+    from modperf.models import ModelRegistry
+
+    path = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
+    keyed = load_table(refs_for_paths([path])[0], ModelRegistry.default())
+    assert keyed.rows_read == 11_658 and keyed.n_points == 3_886
+    assert keyed.duplicates_merged == 7_772 and keyed.alias_duplicate_points == 3_886
+    assert set(keyed.bucket_models) == {("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3",
+                                         "nvidia/DeepSeek-V3.1-NVFP4")}
+    assert keyed.natives == [128]
+
+
+def test_dsa_aliases_and_natives(fixtures: Path):
+    from modperf.models import ModelRegistry
+
+    path = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/sparse_attention/vllm/0.22.0/dsa_generation_module_perf.parquet"
+    keyed = load_table(refs_for_paths([path])[0], ModelRegistry.default())
+    models_by_native = defaultdict(set)
+    for b in range(keyed.n_buckets):
+        models_by_native[int(keyed.bucket_native[b])].update(keyed.bucket_models[b])
+    assert models_by_native == {128: {"deepseek-ai/DeepSeek-V3.2"},
+                                64: {"nvidia/GLM-5-NVFP4", "zai-org/GLM-5", "zai-org/GLM-5-FP8"}}
+    assert keyed.rows_read == 23_552 and keyed.n_points == 11_776
+
+
+@pytest.mark.parametrize(("system", "median"), [("h100_sxm", 0.0085), ("h200_sxm", 0.5465)])
+def test_glm5_glm52_dense_mha_rows_are_kept_apart_by_op_name(db, system, median):
+    """GLM-5 and GLM-5.2 share the native-64 DSA geometry (aliases), and their rows stay apart
+    because op_name (indexer vs skip-indexer layers) is a key column. At identical keys otherwise,
+    their dense-MHA rows agree on h100 and differ by 55% on h200: a measurement disagreement
+    for the quality audit, not a geometry difference."""
+    keyed = db.table(system, "sglang", "0.5.14", "dsa_context_module")
+    ops_by_model = defaultdict(set)
+    for b in range(keyed.n_buckets):
+        for m in keyed.bucket_models[b]:
+            ops_by_model[m].add(keyed.bucket_keys[b][0])
+    assert ops_by_model["zai-org/GLM-5"] == {"dsa_context_module"}
+    assert ops_by_model["zai-org/GLM-5.2"] == {"dsa_context_module_skip_indexer"}
+    ratios = []
+    for b in range(keyed.n_buckets):
+        key = dict(zip(keyed.key_names, keyed.bucket_keys[b]))
+        if keyed.bucket_models[b] != ("zai-org/GLM-5",) or key["kernel_source"] != "sglang_dsa_dense_mha_fa3":
+            continue
+        twin = keyed.bucket_id(tuple({**key, "op_name": "dsa_context_module_skip_indexer"}.values()))
+        assert keyed.bucket_models[twin] == ("zai-org/GLM-5.2",)
+        a, c = slice(keyed.offsets[b], keyed.offsets[b + 1]), slice(keyed.offsets[twin], keyed.offsets[twin + 1])
+        mine = {k: v for k, v in zip(zip(*(keyed.axes[x][a] for x in keyed.spec.axes)), keyed.latency[a])}
+        theirs = {k: v for k, v in zip(zip(*(keyed.axes[x][c] for x in keyed.spec.axes)), keyed.latency[c])}
+        ratios += [theirs[k] / mine[k] - 1 for k in mine.keys() & theirs.keys()]
+    assert np.median(ratios) == pytest.approx(median, abs=5e-4)

@@ -1,0 +1,230 @@
+"""A model's attention layers, from its HF config: which table family answers each layer, and
+with which fixed key fields.
+
+This is the model's *layer schedule*, kept apart from module geometry on purpose: a row of a
+perf table records one variant of a module (indexer or shared-indexer DSA, compress ratio 4 or
+128, sliding window or full attention); the schedule says how many layers of each variant a
+model has. Layers no attention-module table measures (linear attention, Mamba, DeepSeek-V4's
+uncompressed sliding-window layers) are listed as uncovered, so a model-level estimate can say
+what it leaves out instead of silently dropping it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import errors as E
+from .models import ModelConfig
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """One kind of attention layer. ``fields`` are key columns the layer fixes in its tables
+    (op_name, compress_ratio, window_size, head_dim, kv heads...)."""
+
+    kind: str  # gqa | mla | dsa | dsv4_csa | dsv4_hca | msa | uncovered
+    label: str
+    family: str | None
+    context_table: str | None
+    generation_table: str | None
+    native_heads: int
+    fields: tuple[tuple[str, Any], ...] = ()
+    note: str | None = None
+    #: Fields that differ between the context and the generation table (DSA op names).
+    context_fields: tuple[tuple[str, Any], ...] = ()
+    generation_fields: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def covered(self) -> bool:
+        return self.family is not None
+
+    def table(self, phase: str) -> str | None:
+        return self.context_table if phase == "context" else self.generation_table
+
+    def fields_for(self, phase: str) -> dict[str, Any]:
+        extra = self.context_fields if phase == "context" else self.generation_fields
+        return {**dict(self.fields), **dict(extra)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "label": self.label, "family": self.family, "context_table": self.context_table,
+                "generation_table": self.generation_table, "native_heads": self.native_heads,
+                "context_fields": self.fields_for("context"), "generation_fields": self.fields_for("generation"),
+                "note": self.note}
+
+
+@dataclass
+class LayerSchedule:
+    model_id: str
+    architecture: str | None
+    native_heads: int
+    layers: list[AttentionLayer] = field(default_factory=list)
+
+    def groups(self) -> list[tuple[AttentionLayer, int]]:
+        """Distinct layer kinds with their counts, in order of first appearance."""
+        counts = Counter(self.layers)
+        seen: list[AttentionLayer] = []
+        for layer in self.layers:
+            if layer not in seen:
+                seen.append(layer)
+        return [(layer, counts[layer]) for layer in seen]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model_id, "architecture": self.architecture, "native_heads": self.native_heads,
+                "num_layers": len(self.layers),
+                "groups": [{**layer.to_dict(), "count": n} for layer, n in self.groups()]}
+
+
+def _uncovered(label: str, native: int, note: str) -> AttentionLayer:
+    return AttentionLayer("uncovered", label, None, None, None, native, (), note)
+
+
+def _gqa(native: int, kv: int, head_dim: int, window: int, label: str, note: str | None = None) -> AttentionLayer:
+    return AttentionLayer(
+        "gqa", label, "gqa", "context_attention", "generation_attention", native,
+        (("num_key_value_heads", kv), ("head_dim", head_dim), ("window_size", window)), note,
+    )
+
+
+def _num_layers(cfg: ModelConfig) -> int:
+    n = cfg.get("num_hidden_layers", None)
+    if not isinstance(n, int) or n <= 0:
+        raise E.ModelConfigError(f"config of {cfg.model_id} has no positive num_hidden_layers", file=cfg.path,
+                                 fix="add num_hidden_layers to the config")
+    return n
+
+
+def _head_dim(cfg: ModelConfig) -> int:
+    hd = cfg.get("head_dim", None)
+    if isinstance(hd, int):
+        return hd
+    return cfg.get("hidden_size") // cfg.native_heads
+
+
+def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
+    """The attention layers of a model, read from its config."""
+    text = cfg.text
+    arch = (cfg.architectures or (None,))[0]
+    native = cfg.native_heads
+    sched = LayerSchedule(cfg.model_id, arch, native)
+    model_type = str(text.get("model_type") or cfg.raw.get("model_type") or "")
+
+    blocks = text.get("layers_block_type")
+    n = len(blocks) if isinstance(blocks, list) and "num_hidden_layers" not in text else _num_layers(cfg)
+    if "compress_ratios" in text:  # DeepSeek-V4: per-layer compression (the list also covers MTP)
+        ratios = text["compress_ratios"][:n]
+        for r in ratios:
+            if r == 4:
+                sched.layers.append(AttentionLayer("dsv4_csa", "DSV4 CSA (ratio 4)", "dsv4", "dsv4_csa_context_module",
+                                                   "dsv4_csa_generation_module", native, (("compress_ratio", 4),)))
+            elif r == 128:
+                sched.layers.append(AttentionLayer("dsv4_hca", "DSV4 HCA (ratio 128)", "dsv4", "dsv4_hca_context_module",
+                                                   "dsv4_hca_generation_module", native, (("compress_ratio", 128),)))
+            else:
+                sched.layers.append(_uncovered(f"DSV4 ratio {r} (sliding window only)", native,
+                                               "no module table measures uncompressed sliding-window DSV4 layers"))
+        return sched
+
+    if "index_topk" in text and "kv_lora_rank" in text:  # DSA: DeepSeek-V3.2, GLM-5.x
+        types = text.get("indexer_types")
+        for i in range(n):
+            shared = isinstance(types, list) and i < len(types) and types[i] == "shared"
+            suffix = "_skip_indexer" if shared else ""
+            label = "DSA shared indexer" if shared else "DSA indexer"
+            sched.layers.append(AttentionLayer(
+                "dsa", label, "dsa", "dsa_context_module", "dsa_generation_module", native, (),
+                "layer reuses the previous indexer's top-k (op_name *_skip_indexer)" if shared else None,
+                (("op_name", f"dsa_context_module{suffix}"),), (("op_name", f"dsa_generation_module{suffix}"),),
+            ))
+        return sched
+
+    if "kv_lora_rank" in text:  # MLA: DeepSeek-V3/R1, Kimi K2/K3
+        linear = text.get("linear_attn_config")
+        full = set(linear.get("full_attn_layers") or []) if isinstance(linear, dict) else None
+        for i in range(n):
+            if full is not None and (i + 1) not in full:  # Kimi-K3 lists layers 1-based
+                sched.layers.append(_uncovered("KDA linear attention", native,
+                                               "Kimi delta attention layers are not attention-module tables"))
+            else:
+                sched.layers.append(AttentionLayer("mla", "MLA", "mla_module", "mla_context_module",
+                                                   "mla_generation_module", native))
+        return sched
+
+    sparse = text.get("sparse_attention_config")
+    kv = cfg.kv_heads or native
+    hd = _head_dim(cfg)
+    if isinstance(sparse, dict) and sparse.get("use_sparse_attention"):  # MiniMax-M3
+        freq = sparse.get("sparse_attention_freq") or [1] * n
+        for i in range(n):
+            if freq[i]:
+                sched.layers.append(AttentionLayer("msa", "MSA sparse", "msa", "msa_context_module",
+                                                   "msa_generation_module", native))
+            else:
+                sched.layers.append(_gqa(native, kv, hd, 0, "GQA dense (MSA model)",
+                                         "dense layers of a sparse-attention model: GQA kernel"))
+        return sched
+
+    # GQA family: full attention with optional sliding-window / chunked / linear / mamba layers
+    window = text.get("sliding_window") if isinstance(text.get("sliding_window"), int) else 0
+    types = text.get("layer_types")
+    hybrid = text.get("hybrid_override_pattern")
+    mimo = text.get("hybrid_layer_pattern")
+    if isinstance(hybrid, str):  # Nemotron-H: '*' attention, 'M' mamba, '-' mlp, 'E' moe
+        for ch in hybrid:
+            if ch == "*":
+                sched.layers.append(_gqa(native, kv, hd, 0, "GQA full"))
+            elif ch == "M":
+                sched.layers.append(_uncovered("Mamba", native, "state-space layers are not attention tables"))
+        return sched
+    if isinstance(blocks, list):  # Nemotron-3 Ultra / Lightning
+        for b in blocks:
+            if b == "attention":
+                sched.layers.append(_gqa(native, kv, hd, 0, "GQA full"))
+            elif b == "mamba":
+                sched.layers.append(_uncovered("Mamba", native, "state-space layers are not attention tables"))
+        return sched
+    if isinstance(mimo, list):  # MiMo-V2: 1 = sliding-window layer with its own head layout
+        for p in mimo[:n]:
+            if p:
+                sched.layers.append(_gqa(text.get("swa_num_attention_heads", native),
+                                         text.get("swa_num_key_value_heads", kv), text.get("swa_head_dim", hd),
+                                         int(text.get("sliding_window_size") or window), f"GQA sliding({window})",
+                                         "v head dim differs from qk head dim; keyed by qk head_dim"))
+            else:
+                sched.layers.append(_gqa(native, kv, hd, 0, "GQA full",
+                                         "v head dim differs from qk head dim; keyed by qk head_dim"))
+        return sched
+    if isinstance(types, list):
+        for t in types[:n]:
+            if t == "sliding_attention":
+                sched.layers.append(_gqa(native, kv, hd, window, f"GQA sliding({window})"))
+            elif t == "full_attention":
+                g_kv = text.get("num_global_key_value_heads") or kv
+                g_hd = text.get("global_head_dim") or hd
+                sched.layers.append(_gqa(native, g_kv, g_hd, 0, "GQA full"))
+            else:
+                sched.layers.append(_uncovered(str(t).replace("_", " "), native,
+                                               "linear-attention layers are not attention-module tables"))
+        return sched
+    chunk = text.get("attention_chunk_size")
+    if isinstance(chunk, int) and model_type.startswith("llama4"):
+        # Llama 4: every 4th layer is global NoPE attention, the others chunked local attention
+        nope = text.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)]
+        for i in range(n):
+            if nope[i]:
+                sched.layers.append(_gqa(native, kv, hd, chunk, f"GQA chunked({chunk})",
+                                         "chunked local attention measured as a window of the chunk size"))
+            else:
+                sched.layers.append(_gqa(native, kv, hd, 0, "GQA full"))
+        return sched
+    uses_window = text.get("use_sliding_window", bool(window))
+    max_window = text.get("max_window_layers")
+    for i in range(n):
+        # Qwen-style configs: when use_sliding_window is on, layers from max_window_layers up use
+        # the window and the layers below it attend fully; Mistral-style configs (no switch)
+        # window every layer.
+        in_window = bool(uses_window and window and (max_window is None or i >= max_window))
+        sched.layers.append(_gqa(native, kv, hd, window if in_window else 0,
+                                 f"GQA sliding({window})" if in_window else "GQA full"))
+    return sched

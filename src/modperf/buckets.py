@@ -110,7 +110,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     cat_names = vt.present(spec.categorical)
     disc_names = vt.present(spec.discrete)
     keys_native = family.tier is Tier.NATIVE_LOCAL
-    key_names: tuple[str, ...] = (*cat_names, *disc_names, *((NATIVE,) if keys_native else ()), HEADS)
+    key_names: tuple[str, ...] = (*cat_names, *disc_names, *((NATIVE,) if keys_native else ()), *spec.heads)
 
     # per key column: codes, cardinality and decoder
     codes: list[np.ndarray] = []
@@ -121,7 +121,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         codes.append(c.codes.astype(np.int64))
         cards.append(len(c.values))
         decoders.append(c.values)
-    int_cols = [*disc_names, *((NATIVE,) if keys_native else ()), HEADS]
+    int_cols = [*disc_names, *((NATIVE,) if keys_native else ()), *spec.heads]
     for name in int_cols:
         col = vt.native if name == NATIVE else vt.integers[name]
         assert col is not None
@@ -190,7 +190,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         bucket_native = (vt.native if vt.native is not None else np.full(n, -1))[first_rows]
     else:
         bucket_native = np.full(len(first_rows), -1, dtype=np.int64)
-    bucket_local = vt.integers[HEADS][first_rows]
+    bucket_local = vt.integers[HEADS][first_rows] if spec.head_axis else np.full(len(first_rows), -1)
 
     bucket_models: list[tuple[str, ...]]
     if vt.model is not None:

@@ -193,6 +193,7 @@ def check(
     families = {
         name: FamilySummary(name, fam.title, fam.tier.value, fam.native_source.value)
         for name, fam in registry().items()
+        if fam.head_bearing or paths
     }
     results: list[FileResult] = []
     workers = workers or min(4, os.cpu_count() or 1)

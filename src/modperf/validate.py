@@ -86,10 +86,6 @@ class ValidatedTable:
     geometry: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
     missing_optional: tuple[str, ...] = ()
 
-    @property
-    def local(self) -> np.ndarray:
-        return self.integers[HEADS]
-
     def present(self, names: Iterable[str]) -> tuple[str, ...]:
         return tuple(n for n in names if n in self.categorical or n in self.integers)
 

@@ -1,6 +1,6 @@
 """Family declarations. Importing this package registers every family."""
 
-from . import dsa, dsv4, gqa, mla_kernel, mla_module, msa, sparse  # noqa: F401  (registration)
+from . import dsa, dsv4, gemm, gqa, mla_kernel, mla_module, msa, sparse  # noqa: F401  (registration)
 from .base import (
     Family,
     NativeSource,

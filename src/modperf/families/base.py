@@ -72,15 +72,22 @@ class TableSpec:
     #: Where a zero latency is a real measurement (a no-op by construction), else None.
     zero_latency_rule: ZeroLatencyRule | None = None
     zero_latency_note: str | None = None
+    #: False for supporting tables without heads (GEMMs that a model-level estimate adds to
+    #: GQA attention); they are keyed by their other columns alone.
+    head_axis: bool = True
+
+    @property
+    def heads(self) -> tuple[str, ...]:
+        return (HEADS,) if self.head_axis else ()
 
     @property
     def integer_keys(self) -> tuple[str, ...]:
-        return (*self.discrete, HEADS, *self.axes)
+        return (*self.discrete, *self.heads, *self.axes)
 
     @property
     def key_columns(self) -> tuple[str, ...]:
         """Every column that keys a stored row (the native, where derived, is added)."""
-        return (*self.categorical, *self.discrete, HEADS, *self.axes)
+        return (*self.categorical, *self.discrete, *self.heads, *self.axes)
 
 
 @dataclass(frozen=True)
@@ -99,8 +106,10 @@ class Family:
     #: Apply the stale-fingerprint guard (never for native-keyed-by-contract tables).
     stale_guard: bool = True
     rationale: str = ""
-    #: Models the family expects, with their native counts, for documentation and tests.
+    #: Facts about the family's tables that other code relies on (e.g. the MLA kernel dims).
     notes: Mapping[str, Any] = field(default_factory=dict)
+    #: Head-bearing families are what ``check`` validates; supporting tables (GEMMs) are not.
+    head_bearing: bool = True
 
     def spec(self, table: str) -> TableSpec:
         for spec in self.tables:
@@ -146,7 +155,7 @@ def family_of(table: str) -> Family | None:
 
 
 def head_bearing_tables() -> tuple[str, ...]:
-    return tuple(_BY_TABLE)
+    return tuple(t for t, fam in _BY_TABLE.items() if fam.head_bearing)
 
 
 def module_spec(

@@ -11,6 +11,7 @@ through its distribution metadata; that package is never imported.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 from collections.abc import Iterable, Iterator
@@ -108,9 +109,20 @@ class TableRef:
     backend: str | None = None
     version: str | None = None
     reuse: Reuse | None = None
-    provenance: str | None = None  # collection_meta.yaml ``provenance`` of the answering folder
-    status: str | None = None  # collection_meta.yaml ``tables.<t>_perf.status``
     shadowed: bool = False
+
+    @property
+    def provenance(self) -> str | None:
+        """``provenance`` of the answering folder's collection_meta.yaml (collected, legacy...)."""
+        value = _collection_meta(self.path.parent).get("provenance")
+        return str(value) if value is not None else None
+
+    @property
+    def status(self) -> str | None:
+        """``tables.<table>_perf.status`` of the answering folder's collection_meta.yaml."""
+        tables = _collection_meta(self.path.parent).get("tables")
+        entry = tables.get(f"{self.table}_perf") if isinstance(tables, dict) else None
+        return entry.get("status") if isinstance(entry, dict) else None
 
     @property
     def format(self) -> str:
@@ -160,6 +172,13 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+@functools.lru_cache(maxsize=None)
+def _collection_meta(folder: Path) -> dict[str, Any]:
+    """collection_meta.yaml of a version folder, read on first use (a scan does not need the
+    ~450 sidecars of the corpus, and parsing them is most of a scan's cost)."""
+    return _read_yaml(folder / "collection_meta.yaml")
+
+
 @dataclass
 class _VersionFolder:
     path: Path
@@ -169,12 +188,6 @@ class _VersionFolder:
     version: str
     files: dict[str, Path] = field(default_factory=dict)
     reuse: dict[str, Reuse] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def status_of(self, table: str) -> str | None:
-        tables = self.meta.get("tables") or {}
-        entry = tables.get(f"{table}_perf") if isinstance(tables, dict) else None
-        return entry.get("status") if isinstance(entry, dict) else None
 
 
 def _scan_folders(root: Path) -> Iterator[_VersionFolder]:
@@ -196,7 +209,6 @@ def _scan_folders(root: Path) -> Iterator[_VersionFolder]:
                             folder.reuse[stem] = Reuse(
                                 str(item["from_version"]), item.get("reason"), item.get("approved_by")
                             )
-                    folder.meta = _read_yaml(version / "collection_meta.yaml")
                     yield folder
 
 
@@ -221,7 +233,6 @@ class Catalog:
             for stem, path in sorted(folder.files.items()):
                 ref = TableRef(
                     stem, path, folder.system, folder.family_dir, folder.backend, folder.version,
-                    provenance=folder.meta.get("provenance"), status=folder.status_of(stem),
                     shadowed=stem in folder.reuse,
                 )
                 files.append(ref)
@@ -238,8 +249,7 @@ class Catalog:
                 slots.append(
                     TableRef(
                         stem, donor.files[stem], folder.system, folder.family_dir, folder.backend,
-                        folder.version, reuse=reuse, provenance=donor.meta.get("provenance"),
-                        status=donor.status_of(stem),
+                        folder.version, reuse=reuse,
                     )
                 )
         return cls(root_path, files, slots, problems)

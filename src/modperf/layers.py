@@ -170,18 +170,14 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
     types = text.get("layer_types")
     hybrid = text.get("hybrid_override_pattern")
     mimo = text.get("hybrid_layer_pattern")
-    if isinstance(hybrid, str):  # Nemotron-H: '*' attention, 'M' mamba, '-' mlp, 'E' moe
-        for ch in hybrid:
-            if ch == "*":
+    if isinstance(hybrid, str) or isinstance(blocks, list):
+        # Nemotron-H spells its blocks as a pattern ('*' attention, 'M' mamba, '-' mlp, 'E' moe),
+        # Nemotron-3 Ultra/Lightning as a list of names; MLP and MoE blocks hold no attention.
+        names = {"*": "attention", "M": "mamba"}
+        for block in (names.get(ch) for ch in hybrid) if isinstance(hybrid, str) else blocks:
+            if block == "attention":
                 sched.layers.append(_gqa(native, kv, hd, 0, "GQA full"))
-            elif ch == "M":
-                sched.layers.append(_uncovered("Mamba", native, "state-space layers are not attention tables"))
-        return sched
-    if isinstance(blocks, list):  # Nemotron-3 Ultra / Lightning
-        for b in blocks:
-            if b == "attention":
-                sched.layers.append(_gqa(native, kv, hd, 0, "GQA full"))
-            elif b == "mamba":
+            elif block == "mamba":
                 sched.layers.append(_uncovered("Mamba", native, "state-space layers are not attention tables"))
         return sched
     if isinstance(mimo, list):  # MiMo-V2: 1 = sliding-window layer with its own head layout

@@ -285,7 +285,7 @@ def _groups(table: pa.Table, forced_model: str | None) -> tuple[np.ndarray, list
     return group, keys
 
 
-def _config(registry: ModelRegistry, model: str, path: Path, rows: np.ndarray | None = None) -> ModelConfig:
+def _config(registry: ModelRegistry, model: str, path: Path | None, rows: np.ndarray | None = None) -> ModelConfig:
     try:
         cfg = registry.get(model)
         cfg.native_heads  # noqa: B018  (validates num_attention_heads)
@@ -780,7 +780,7 @@ def migrate(
     start = time.perf_counter()
     registry = ModelRegistry.default(model_configs)
     if model is not None:
-        _config(registry, model, Path(model))
+        _config(registry, model, None)  # an unknown --model is reported once, before any file is read
     out_path = Path(out).expanduser() if out is not None else None
     if out_path is not None and out_path.exists() and not out_path.is_dir():
         raise E.UsageError("--out is not a folder", file=out_path, fix="pass a folder (it is created if missing)")

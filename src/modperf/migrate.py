@@ -202,14 +202,19 @@ class MigrationReport:
 # --- reading ---------------------------------------------------------------------------------
 
 
-def read_source(path: Path, column_types: Mapping[str, pa.DataType] | None = None) -> pa.Table:
+def read_source(path: Path, column_types: Mapping[str, pa.DataType] | None = None,
+                columns: Sequence[str] | None = None) -> pa.Table:
     """Read a table exactly as stored (no dictionary encoding: the schema must survive).
 
     CSV columns that the corpus schema names are parsed as the corpus types, so that a value
-    such as version ``1.0`` stays a string and heads stay integers.
+    such as version ``1.0`` stays a string and heads stay integers. ``columns`` reads only
+    those (parquet), which is all a plan needs until it has found something to rewrite.
     """
     try:
         if path.name.endswith(".parquet"):
+            if columns is not None:
+                names = pq.read_schema(path).names
+                return pq.read_table(path, columns=[c for c in columns if c in names])
             return pq.read_table(path)
         options = pacsv.ConvertOptions(column_types=dict(column_types or {}))
         return pacsv.read_csv(path, convert_options=options)
@@ -323,7 +328,10 @@ def _refusal_error(plan: FilePlan, groups: list[GroupPlan], rows_of: Callable[[G
         ))
 
 
-def _plan_stale(plan: FilePlan, table: pa.Table, registry: ModelRegistry, model: str | None) -> None:
+def _plan_stale(plan: FilePlan, table: pa.Table, registry: ModelRegistry, model: str | None,
+                read_full: Callable[[], pa.Table]) -> None:
+    """``table`` holds at least model, version, num_heads and tp_size; ``read_full`` reads the
+    whole file once a rewrite is planned."""
     has_model = MODEL in table.column_names
     if model is not None and has_model:
         plan.notes.append("--model is not used: the table names each row's model")
@@ -390,6 +398,12 @@ def _plan_stale(plan: FilePlan, table: pa.Table, registry: ModelRegistry, model:
     for g in stale:
         rows = row_lists[groups.index(g)]
         new_heads[rows] = g.native // tp[rows]
+    try:
+        table = read_full()
+    except E.ModperfError as exc:
+        plan.refuse(exc)
+        return
+    plan.source_table = table
     index = table.schema.get_field_index(HEADS)
     heads_field = table.schema.field(index)
     plan.migrated = table.set_column(index, heads_field, pa.array(new_heads, type=heads_field.type))
@@ -626,28 +640,42 @@ def plan_file(ref: TableRef, registry: ModelRegistry, *, model: str | None = Non
         return plan
     try:
         cs = corpus_schema(ref.table, data_root)
-        types = {f.name: f.type for f in cs.schema}
-        table = read_source(ref.path, types if ref.format == "csv" else None)
-    except E.ModperfError as exc:
+        types = {f.name: f.type for f in cs.schema} if ref.format == "csv" else None
+        # a parquet plan starts from the head columns alone; most files need nothing more
+        slim = (MODEL, "version", HEADS, TP) if ref.format == "parquet" else None
+        table = read_source(ref.path, types, slim)
+        if ref.format == "parquet":
+            meta = pq.read_metadata(ref.path)
+            if meta.num_row_groups:
+                codec = meta.row_group(0).column(0).compression
+                plan.compression = "none" if codec == "UNCOMPRESSED" else codec.lower()
+                plan.row_group_size = max(meta.row_group(i).num_rows for i in range(meta.num_row_groups)) or None
+    except (E.ModperfError, pa.ArrowException, OSError) as exc:
+        if not isinstance(exc, E.ModperfError):
+            exc = E.UnreadableTableError(f"cannot read table metadata: {exc}", file=ref.path,
+                                         fix="the file is truncated or not parquet: restore it from its source")
         plan.pattern = UNREADABLE if isinstance(exc, E.UnreadableTableError) else plan.pattern
         plan.refuse(exc)
         return plan
     plan.rows = table.num_rows
-    plan.source_table = table
-    if ref.format == "parquet":
-        meta = pq.read_metadata(ref.path)
-        if meta.num_row_groups:
-            codec = meta.row_group(0).column(0).compression
-            plan.compression = "none" if codec == "UNCOMPRESSED" else codec.lower()
-            plan.row_group_size = max(meta.row_group(i).num_rows for i in range(meta.num_row_groups)) or None
     fills = dict(fills or {})
+
+    def read_full() -> pa.Table:
+        return read_source(ref.path, types) if slim is not None else table
+
     if HEADS not in table.column_names:
+        try:
+            table = read_full()
+        except E.ModperfError as exc:
+            plan.refuse(exc)
+            return plan
+        plan.source_table = table
         _plan_legacy(plan, table, family, cs, registry, model, fills, data_root)
     elif TP not in table.column_names:
         plan.pattern = NO_TP_AXIS
         plan.notes.append("no tp_size column: num_heads is the local count by construction; nothing to migrate")
     else:
-        _plan_stale(plan, table, registry, model)
+        _plan_stale(plan, table, registry, model, read_full)
     if not plan.will_write or plan.refusals:
         return plan
     try:
@@ -784,7 +812,12 @@ def migrate(
     out_path = Path(out).expanduser() if out is not None else None
     if out_path is not None and out_path.exists() and not out_path.is_dir():
         raise E.UsageError("--out is not a folder", file=out_path, fix="pass a folder (it is created if missing)")
-    refs = refs_for_paths(paths)
+    paths = [str(p) for p in paths]
+    explicit = {os.path.abspath(p) for p in paths}
+    # Tables without a head axis found inside a folder are skipped (as `modperf check` does);
+    # one named explicitly is reported.
+    refs = [r for r in refs_for_paths(paths)
+            if family_of(r.table) is not None or os.path.abspath(r.path) in explicit]
     plans = [plan_file(ref, registry, model=model, out=out_path, fills=fills, data_root=data_root) for ref in refs]
     by_target: dict[Path, list[FilePlan]] = {}
     for p in plans:

@@ -179,7 +179,7 @@ class TableWriter:
         self.result: WriteResult | None = None
         #: Per-row key columns a measurement must name (the rest are fixed).
         self.row_keys: tuple[str, ...] = tuple(
-            n for n in self.schema.names if n not in fixed and n not in (LATENCY, HEADS)
+            n for n in self.schema.names if n not in fixed and n not in (LATENCY, HEADS, "local_num_heads")
         )
 
     # -- checks ---------------------------------------------------------------------------
@@ -302,7 +302,7 @@ class TableWriter:
         for name, value in keys.items():
             if name in (LATENCY, HEADS):
                 raise self._fail(E.MeasurementValueError, f"pass {name} as its own argument", row,
-                                 values={"column": name}, fix=f"add(latency, num_heads=..., ...)")
+                                 values={"column": name}, fix="add(latency, num_heads=..., ...)")
             self._check_value(name, value, row)
             if name in self._fixed and self._fixed[name] != value:
                 raise self._fail(
@@ -311,7 +311,8 @@ class TableWriter:
                     fix=f"open another writer for {name}={value!r}",
                 )
         values = {**self._fixed, **keys}
-        missing = [n for n in self.schema.names if n not in values and n not in (LATENCY, HEADS)]
+        derived = (LATENCY, HEADS, "local_num_heads") if self.native is not None else (LATENCY, HEADS)
+        missing = [n for n in self.schema.names if n not in values and n not in derived]
         if missing:
             raise self._fail(E.MissingMeasurementKeyError, f"missing key column(s) {missing}", row,
                              values={"columns": missing},
@@ -324,8 +325,14 @@ class TableWriter:
         elif num_heads is not None:
             raise self._fail(E.UnknownMeasurementColumnError, f"{self.table} has no num_heads column", row,
                              values={"column": HEADS}, fix="leave num_heads out")
-        if "local_num_heads" in self._types and "local_num_heads" not in keys and self.native is not None:
-            values["local_num_heads"] = self.native // tp
+        if "local_num_heads" in self._types and self.native is not None:
+            if "local_num_heads" not in keys:
+                values["local_num_heads"] = self.native // tp
+            elif values["local_num_heads"] * tp != self.native:
+                raise self._fail(E.MeasurementRankLocalError, "local_num_heads * tp_size != native", row,
+                                 values={"local_num_heads": values["local_num_heads"], "tp_size": tp,
+                                         "native": self.native},
+                                 fix="local_num_heads is native // tp_size; or leave it out to derive it")
         values[LATENCY] = self._check_latency(latency, values, row)
         for name in self.schema.names:
             self._columns[name].append(values[name])

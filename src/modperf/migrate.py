@@ -168,7 +168,8 @@ class FilePlan:
 @dataclass
 class MigrationReport:
     files: list[FilePlan]
-    executed: bool
+    executed: bool  # writing started (every plan was clean)
+    execute_requested: bool = False
     seconds: float = 0.0
 
     @property
@@ -189,7 +190,8 @@ class MigrationReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "ok": self.ok, "executed": self.executed, "seconds": round(self.seconds, 3),
+            "ok": self.ok, "executed": self.executed, "execute_requested": self.execute_requested,
+            "seconds": round(self.seconds, 3),
             "files": [f.to_dict() for f in self.files],
             "summary": {
                 "files": len(self.files), "to_write": sum(f.will_write for f in self.files),
@@ -831,7 +833,7 @@ def migrate(
                     values={"sources": [str(q.source) for q in same]},
                     fix="migrate them one at a time with different --out folders",
                 ))
-    report = MigrationReport(plans, executed=False)
+    report = MigrationReport(plans, executed=False, execute_requested=execute)
     if execute and report.ok:
         report.executed = True
         for p in plans:

@@ -34,7 +34,8 @@ def _print_plan(plan: FilePlan) -> None:
         for col in ("model", "version", "rows", "native", "tp_size", "num_heads", "group"):
             grid.add_column(col, no_wrap=col != "model")
         for g in shown:
-            status = f"[red]{g.status}[/]: {escape(g.reason)}" if g.reason else g.status
+            # the reason is in the refusal printed below, with the group's values
+            status = f"[red]{g.status}[/]" if g.status == "refused" else g.status
             grid.add_row(escape(g.model or "-"), g.version or "-", f"{g.rows:,}", str(g.native or "-"),
                          ",".join(map(str, g.tp_sizes)), _heads_change(g), status)
         console.print(grid)
@@ -59,13 +60,16 @@ def print_report(report: MigrationReport) -> None:
     counts = (f"{s['files']} file(s): {s['to_write']} to migrate ({s['rows_changed']:,} rows change), "
               f"{s['unchanged']} unchanged, {s['refused']} refused")
     if report.executed:
-        console.print(f"{counts}; [green]wrote {s['written']}[/], each verified before and after the rename")
+        line = f"{counts}; [green]wrote {s['written']}[/], each verified before and after the rename"
+        if not report.ok:
+            line += f"; [red]stopped at a failure[/] ({s['files'] - s['written']} not written)"
     elif report.ok and s["to_write"]:
-        console.print(f"dry run: {counts}. Run again with --execute to write.")
+        line = f"dry run: {counts}. Run again with --execute to write."
     elif not report.ok:
-        console.print(f"[red]{counts}[/]: nothing was written" + (" (dry run)" if not report.executed else ""))
+        line = f"[red]{counts}[/]: nothing was written" + ("" if report.execute_requested else " (dry run)")
     else:
-        console.print(f"{counts}: nothing to do")
+        line = f"{counts}: nothing to do"
+    console.print(line, soft_wrap=True)
 
 
 def _parse_fills(fills: list[str] | None) -> dict[str, str]:

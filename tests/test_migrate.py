@@ -304,11 +304,16 @@ def test_legacy_csv_migrates_to_the_corpus_schema_and_keeps_every_latency(legacy
     }
 
 
-def test_legacy_target_that_exists_is_refused(legacy: Path) -> None:
+def test_legacy_target_that_exists_is_refused_unless_it_is_this_migration(legacy: Path) -> None:
     migrate([legacy], execute=True, model=V3)
-    again = migrate([legacy / "context_mla_perf.txt"], model=V3)
-    (error,) = only(again).refusals
-    assert type(error) is E.TargetExistsError and error.file == str(legacy / "context_mla_perf.parquet")
+    again = migrate([legacy], model=V3)  # the .txt files and their migrated parquet twins
+    assert again.ok and {p.action for p in again.files} == {NOTHING}
+    assert any("already migrated" in n for p in again.files for n in p.notes)
+    target = legacy / "context_mla_perf.parquet"
+    table = pq.read_table(target)
+    pq.write_table(table.slice(1), target)  # someone else's file under that name
+    (error,) = only(migrate([legacy / "context_mla_perf.txt"], model=V3)).refusals
+    assert type(error) is E.TargetExistsError and error.file == str(target)
     assert "--out DIR" in error.fix
 
 

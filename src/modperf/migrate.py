@@ -604,6 +604,13 @@ def _target(ref: TableRef, out: Path | None) -> Path:
     return target
 
 
+def _holds(path: Path, expected: pa.Table | None) -> bool:
+    try:
+        return expected is not None and pq.read_table(path).equals(expected, check_metadata=True)
+    except (pa.ArrowException, OSError):
+        return False
+
+
 def _prevalidate(plan: FilePlan, ref: TableRef, family: Family, registry: ModelRegistry) -> None:
     """The migrated table must pass every guard before anything is written."""
     assert plan.migrated is not None
@@ -692,6 +699,11 @@ def plan_file(ref: TableRef, registry: ModelRegistry, *, model: str | None = Non
         ))
         return plan
     replacing_source = out is None and plan.target == ref.path
+    if not replacing_source and plan.target.exists() and _holds(plan.target, plan.migrated):
+        # an earlier run wrote exactly this: nothing to do, so a re-run stays clean
+        plan.action = NOTHING
+        plan.notes.append(f"already migrated: {plan.target} holds exactly this result")
+        return plan
     if not replacing_source and plan.target.exists():
         plan.refuse(E.TargetExistsError(
             "target already exists", file=plan.target,

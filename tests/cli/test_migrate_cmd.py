@@ -107,7 +107,10 @@ def test_legacy_with_model_and_out(legacy: Path, tmp_path: Path) -> None:
     assert not (legacy / "context_mla_perf.parquet").exists()
     assert runner.invoke(app, ["check", str(out)]).exit_code == 0
     again = run(str(legacy), "--model", "deepseek-ai/DeepSeek-V3", "--out", str(out))
-    assert again.exit_code == 2 and again.stdout.count("target_exists") == 2
+    assert again.exit_code == 0 and again.stdout.count("already migrated") == 2
+    (out / "context_mla_perf.parquet").write_bytes(b"not this migration")
+    clash = run(str(legacy / "context_mla_perf.txt"), "--model", "deepseek-ai/DeepSeek-V3", "--out", str(out))
+    assert clash.exit_code == 2 and "target_exists" in clash.stdout
 
 
 def test_unknown_model_is_a_typed_message(legacy: Path) -> None:

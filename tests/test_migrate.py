@@ -240,6 +240,16 @@ def test_unknown_model_in_a_stale_table_is_refused(stale: Path) -> None:
     assert plan.refusals[0].row_count == 5 and "acme--NoSuchModel_config.json" in plan.refusals[0].fix
 
 
+def test_null_head_axis_values_point_to_check(stale: Path) -> None:
+    path = stale / CSA_CTX
+    _edit(path, lambda t: t.set_column(t.schema.get_field_index("tp_size"), "tp_size",
+                                       pc.if_else(_model_is(t, "deepseek-ai/DeepSeek-V4-Pro"),
+                                                  pa.scalar(None, pa.int64()), t.column("tp_size"))))
+    (error,) = only(migrate([path])).refusals
+    assert type(error) is E.NullValueError and error.values == {"column": "tp_size"}
+    assert "null 'tp_size' on 8 row(s)" in str(error) and f"modperf check {path}" in error.fix
+
+
 # --- legacy tables without num_heads ------------------------------------------------------------
 
 

@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -77,10 +76,6 @@ GROUP_STALE = "stale"
 GROUP_RANK_LOCAL = "rank_local"
 GROUP_REFUSED = "refused"
 GROUP_LEGACY = "legacy"
-
-#: Column order of a group in messages.
-_GROUP_FIELDS = ("model", "version", "rows", "native", "tp_sizes", "num_heads")
-
 
 @dataclass
 class GroupPlan:
@@ -244,28 +239,35 @@ def _sorted_unique(values: np.ndarray) -> list[int]:
     return [int(v) for v in np.unique(values)]
 
 
-def _classify(heads: np.ndarray, tp: np.ndarray, native: int) -> tuple[str, str | None]:
+#: (state, reason, the error a refused group is reported under)
+Classification = tuple[str, "str | None", "type[E.ModperfError] | None"]
+
+
+def _classify(heads: np.ndarray, tp: np.ndarray, native: int) -> Classification:
     """The state of one (model, version) group whose native is known."""
     tps, distinct_heads = np.unique(tp), np.unique(heads)
     if tps.size >= 2 and distinct_heads.size == 1 and int(distinct_heads[0]) == native:
         undivided = [int(t) for t in tps if native % int(t)]
         if undivided:
-            return GROUP_REFUSED, f"native {native} does not divide by tp_size {undivided}"
-        return GROUP_STALE, None
+            return (GROUP_REFUSED, f"native {native} does not divide by tp_size {undivided}",
+                    E.HeadsNotDivisibleError)
+        return GROUP_STALE, None, None
     multi = tp > 1
     local_ok = heads * tp == native
     if not (multi & ~local_ok).any():
-        return GROUP_RANK_LOCAL, None
+        return GROUP_RANK_LOCAL, None, None
     at_native = multi & (heads == native)
     if at_native.any() and ((multi & local_ok).any() or ((~multi) & (heads != native)).any()):
-        return GROUP_REFUSED, "partly stale: some rows hold the native count at tp>1, others are rank-local"
+        return (GROUP_REFUSED, "partly stale: some rows hold the native count at tp>1, others are rank-local",
+                E.PartlyStaleError)
     if distinct_heads.size == 1 and tps.size >= 2:
-        return GROUP_REFUSED, (f"num_heads is constant ({int(distinct_heads[0])}) while tp_size varies, but is not "
-                               f"the model's native {native}")
+        return (GROUP_REFUSED, f"num_heads is constant ({int(distinct_heads[0])}) while tp_size varies, but is not "
+                               f"the model's native {native}", E.MigrationRefusedError)
     if at_native.any():
-        return GROUP_REFUSED, ("native count at a single tp_size > 1: the stale fingerprint needs tp_size to vary "
-                               "within the group, so the rows cannot be told apart from mislabelled ones")
-    return GROUP_REFUSED, "tp>1 rows that are neither rank-local nor the stale pattern"
+        return (GROUP_REFUSED, "native count at a single tp_size > 1: the stale fingerprint needs tp_size to vary "
+                               "within the group, so the rows cannot be told apart from mislabelled ones",
+                E.MigrationRefusedError)
+    return GROUP_REFUSED, "tp>1 rows that are neither rank-local nor the stale pattern", E.MigrationRefusedError
 
 
 def _groups(table: pa.Table, forced_model: str | None) -> tuple[np.ndarray, list[tuple[str | None, str | None]]]:
@@ -304,20 +306,14 @@ def _config(registry: ModelRegistry, model: str, path: Path | None, rows: np.nda
         raise type(exc)(exc.detail, file=path, values={"model": model, **exc.values}, fix=exc.fix, **kwargs) from None
 
 
-def _refusal_error(plan: FilePlan, groups: list[GroupPlan], rows_of: Callable[[GroupPlan], np.ndarray]) -> None:
-    """One typed error per kind of refusal, each listing its groups."""
-    by_kind: dict[type[E.ModperfError], list[GroupPlan]] = {}
-    for g in groups:
-        reason = g.reason or ""
-        if reason.startswith("partly stale"):
-            cls: type[E.ModperfError] = E.PartlyStaleError
-        elif "does not divide" in reason:
-            cls = E.HeadsNotDivisibleError
-        else:
-            cls = E.MigrationRefusedError
-        by_kind.setdefault(cls, []).append(g)
-    for cls, gs in by_kind.items():
-        rows = np.sort(np.concatenate([rows_of(g) for g in gs]))
+def _refusal_errors(plan: FilePlan, refused: list[tuple[GroupPlan, type[E.ModperfError], np.ndarray]]) -> None:
+    """One typed error per kind of refusal, each listing its groups and their rows."""
+    by_kind: dict[type[E.ModperfError], list[tuple[GroupPlan, np.ndarray]]] = {}
+    for group, cls, rows in refused:
+        by_kind.setdefault(cls, []).append((group, rows))
+    for cls, members in by_kind.items():
+        gs = [g for g, _ in members]
+        rows = np.sort(np.concatenate([r for _, r in members]))
         what = {E.PartlyStaleError: "partly stale group(s)",
                 E.HeadsNotDivisibleError: "group(s) whose native does not divide by tp_size"}.get(
             cls, "group(s) that show neither the stale pattern nor rank-local heads")
@@ -330,22 +326,41 @@ def _refusal_error(plan: FilePlan, groups: list[GroupPlan], rows_of: Callable[[G
         ))
 
 
+def _usable_head_columns(plan: FilePlan, table: pa.Table) -> bool:
+    """Integer heads and tp, no nulls in the grouping columns; otherwise the loader's report
+    is the right place to look, not a migration."""
+    for name in (HEADS, TP, MODEL, "version"):
+        if name not in table.column_names:
+            continue
+        column = table.column(name)
+        if name in (HEADS, TP) and not pa.types.is_integer(column.type):
+            plan.refuse(E.ColumnTypeError(f"column {name!r} is {column.type}, expected an integer type",
+                                          file=plan.source, values={"column": name},
+                                          fix=f"run `modperf check {plan.source}` and fix what it lists first"))
+        elif column.null_count:
+            plan.refuse(E.NullValueError(f"null {name!r} on {column.null_count} row(s)", file=plan.source,
+                                         values={"column": name},
+                                         fix=f"run `modperf check {plan.source}` and fix what it lists first"))
+    return plan.ok
+
+
 def _plan_stale(plan: FilePlan, table: pa.Table, registry: ModelRegistry, model: str | None,
                 read_full: Callable[[], pa.Table]) -> None:
     """``table`` holds at least model, version, num_heads and tp_size; ``read_full`` reads the
     whole file once a rewrite is planned."""
+    if not _usable_head_columns(plan, table):
+        return
     has_model = MODEL in table.column_names
     if model is not None and has_model:
         plan.notes.append("--model is not used: the table names each row's model")
     heads, tp = _ints(table, HEADS), _ints(table, TP)
     group, keys = _groups(table, None if has_model else model)
-    n_groups = len(keys)
-    row_lists = [np.flatnonzero(group == g) for g in range(n_groups)]
+    row_lists = [np.flatnonzero(group == g) for g in range(len(keys))]
     native_per_row = np.full(table.num_rows, -1, dtype=np.int64)
     groups: list[GroupPlan] = []
-    model_errors: list[E.ModperfError] = []
-    for g, (name, version) in enumerate(keys):
-        rows = row_lists[g]
+    refused: list[tuple[GroupPlan, type[E.ModperfError], np.ndarray]] = []
+    needs_model: list[GroupPlan] = []
+    for (name, version), rows in zip(keys, row_lists):
         gh, gt = heads[rows], tp[rows]
         gp = GroupPlan(name, version, int(rows.size), None, _sorted_unique(gt), _sorted_unique(gh), GROUP_RANK_LOCAL)
         groups.append(gp)
@@ -356,50 +371,45 @@ def _plan_stale(plan: FilePlan, table: pa.Table, registry: ModelRegistry, model:
             continue
         if name is None:
             gp.status, gp.reason = GROUP_REFUSED, "stale fingerprint, but the table records no model"
+            needs_model.append(gp)
             continue
         try:
             cfg = _config(registry, name, plan.source, rows)
         except E.ModelError as exc:
             gp.status, gp.reason = GROUP_REFUSED, "model has no usable config"
-            model_errors.append(exc)
+            plan.refuse(exc)
             continue
         gp.native = cfg.native_heads
         native_per_row[rows] = gp.native
-        gp.status, gp.reason = _classify(gh, gt, gp.native)
+        gp.status, gp.reason, error = _classify(gh, gt, gp.native)
+        if error is not None:
+            refused.append((gp, error, rows))
         if gp.status == GROUP_STALE:
             gp.num_heads_after = {t: gp.native // t for t in gp.tp_sizes}
             gp.rows_changed = int((gh != gp.native // gt).sum())
     plan.groups = groups
     plan.native_per_row = native_per_row
-    for exc in model_errors:
-        plan.refuse(exc)
-    missing_model = [g for g in groups if g.status == GROUP_REFUSED and g.reason and "records no model" in g.reason]
-    if missing_model:
-        plan.pattern = STALE
+    if needs_model:
         plan.refuse(E.ModelRequiredError(
             "num_heads is constant while tp_size varies (the stale fingerprint), and the table has no model column "
             "to take the native head count from", file=plan.source,
-            values={"groups": [g.brief() for g in missing_model]},
+            values={"groups": [g.brief() for g in needs_model]},
             fix=f"run `modperf migrate {plan.source} --model MODEL_ID` with the model whose native head count the "
                 "constant num_heads is",
         ))
-    other = [g for g in groups if g.status == GROUP_REFUSED and g not in missing_model
-             and g.reason != "model has no usable config"]
-    if other:
-        _refusal_error(plan, other, lambda gp: row_lists[groups.index(gp)])
+    if refused:
+        _refusal_errors(plan, refused)
     stale = [g for g in groups if g.status == GROUP_STALE]
-    if stale or other:
+    if stale or refused or needs_model:
         plan.pattern = STALE
-    elif not plan.refusals:
+    elif plan.ok:
         plan.pattern = RANK_LOCAL
-    if plan.refusals or not stale:
-        if not plan.refusals:
-            plan.action = NOTHING
+    if not plan.ok or not stale:
         return
     new_heads = heads.copy()
-    for g in stale:
-        rows = row_lists[groups.index(g)]
-        new_heads[rows] = g.native // tp[rows]
+    for g, rows in zip(groups, row_lists):
+        if g.status == GROUP_STALE:
+            new_heads[rows] = g.native // tp[rows]
     try:
         table = read_full()
     except E.ModperfError as exc:
@@ -483,6 +493,8 @@ def _plan_legacy(plan: FilePlan, table: pa.Table, family: Family, cs: CorpusSche
             file=plan.source, values={"table": plan.table, "column": TP},
             fix="re-collect the table with rank-local num_heads",
         ))
+        return
+    if not _usable_head_columns(plan, table):
         return
     unknown = [c for c in names if c not in cs.names]
     if unknown:

@@ -216,3 +216,114 @@ class TableRejectedError(TableError):
         d = super().to_dict()
         d["failures"] = [f.to_dict() for f in self.failures]
         return d
+
+
+# --- migration and the collector-side writer ---------------------------------------------
+
+
+class MigrationRefusedError(ModperfError):
+    """``modperf migrate`` will not rewrite this table: it does not show the pattern the
+    migration asserts, or the result would still fail a guard. Nothing is written."""
+
+    kind = "migration_refused"
+
+
+class PartlyStaleError(MigrationRefusedError):
+    """(model, version) groups where some tp>1 rows hold the native count and others do not:
+    which rows are stale cannot be told, so nothing is guessed."""
+
+    kind = "partly_stale"
+
+
+class HeadsNotDivisibleError(MigrationRefusedError):
+    """native // tp_size is not a whole number of heads for some rows."""
+
+    kind = "heads_not_divisible"
+
+
+class FillUndecidedError(MigrationRefusedError):
+    """A legacy table lacks a column the corpus schema has, and the corpus does not decide
+    its value."""
+
+    kind = "fill_undecided"
+
+
+class MigrationVerificationError(ModperfError):
+    """What was written does not match the plan; the original was left in place."""
+
+    kind = "verification_failed"
+
+
+class ModelRequiredError(UsageError):
+    """The table records no model, so the native head count needs ``--model``."""
+
+    kind = "model_required"
+
+
+class TargetExistsError(UsageError):
+    kind = "target_exists"
+
+
+class TargetConflictError(UsageError):
+    """Two inputs would be written to the same file."""
+
+    kind = "target_conflict"
+
+
+class PathOutsideOutputError(UsageError):
+    kind = "path_outside_output"
+
+
+class WriteFailedError(ModperfError):
+    """Writing the temporary file (or renaming it) failed; the target is unchanged and the
+    temporary file is gone."""
+
+    kind = "write_failed"
+
+
+class WriterError(ModperfError):
+    """Raised by ``modperf.writer`` at the call that caused it."""
+
+    kind = "writer"
+
+
+class UnknownMeasurementColumnError(WriterError, UnexpectedColumnError):
+    kind = "unknown_measurement_column"
+
+
+class MissingMeasurementKeyError(WriterError, MissingColumnError):
+    kind = "missing_measurement_key"
+
+
+class MeasurementValueError(WriterError, ColumnTypeError):
+    """A key value of the wrong type or range, or one that contradicts a value fixed when
+    the writer was opened."""
+
+    kind = "measurement_value"
+
+
+class MeasurementLatencyError(WriterError, InvalidLatencyError):
+    kind = "measurement_latency"
+
+
+class MeasurementRankLocalError(WriterError, RankLocalError):
+    kind = "measurement_not_rank_local"
+
+
+class NativeSweepError(WriterError, StaleConventionError):
+    """A tp sweep that records the model's native head count on every tp: the retired
+    native convention."""
+
+    kind = "native_sweep"
+
+
+class SidecarConflictError(WriterError):
+    """The folder's collection_meta.yaml describes another runtime than the writer's."""
+
+    kind = "sidecar_conflict"
+
+
+class WrittenTableRejectedError(WriterError, TableRejectedError):
+    """The measurements, taken together, fail a loader guard; nothing was written."""
+
+    kind = "written_table_rejected"

@@ -49,7 +49,7 @@ from . import errors as E
 from .atomic import parquet_writer, write_atomically
 from .catalog import PARQUET_SUFFIX, TableRef, refs_for_paths
 from .check import check
-from .families import Family, Tier, family_of
+from .families import Family, Tier, family_of, head_bearing_tables
 from .families.base import ARCHITECTURE, HEADS, MODEL, TP
 from .load import try_load
 from .models import ModelConfig, ModelRegistry
@@ -644,7 +644,7 @@ def plan_file(ref: TableRef, registry: ModelRegistry, *, model: str | None = Non
     problems (they are the plan's ``refusals``)."""
     plan = FilePlan(ref.path, ref.table, format=ref.format, ref=ref)
     family = family_of(ref.table)
-    if family is None:
+    if family is None or not family.head_bearing:
         plan.refuse(E.UnknownTableError(
             f"{ref.table!r} is not a head-bearing table", file=ref.path,
             fix="migrate only rewrites the head axis of the tables declared in modperf/families/",
@@ -843,7 +843,7 @@ def migrate(
     # Tables without a head axis found inside a folder are skipped (as `modperf check` does);
     # one named explicitly is reported.
     refs = [r for r in refs_for_paths(paths)
-            if family_of(r.table) is not None or os.path.abspath(r.path) in explicit]
+            if r.table in head_bearing_tables() or os.path.abspath(r.path) in explicit]
     plans = [plan_file(ref, registry, model=model, out=out_path, fills=fills, data_root=data_root) for ref in refs]
     by_target: dict[Path, list[FilePlan]] = {}
     for p in plans:

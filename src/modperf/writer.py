@@ -112,7 +112,7 @@ class TableWriter:
 
     def __post_init__(self) -> None:
         family = family_of(self.table)
-        if family is None:
+        if family is None or not family.head_bearing:
             raise E.UnknownTableError(
                 f"{self.table!r} is not a head-bearing table", values={"table": self.table},
                 fix="the writer writes the tables declared in modperf/families/",

@@ -14,6 +14,7 @@ app = typer.Typer(
 
 # Each module registers its commands on ``app``.
 from . import check_cmd, ls_cmd  # noqa: E402,F401
+from . import query_cmd  # noqa: E402,F401
 
 
 def main() -> None:

@@ -9,8 +9,9 @@ prefix sweeps differ per isl), so lattice cells come in four states:
 
 ``MEASURED``       a stored point (after the loader's duplicate rule).
 ``INTERPOLATED``   missing, but bracketed along some axis by measured points of its own line:
-                   filled by the per-axis blend along the axis whose bracket is narrowest (in
-                   octaves), ties broken by axis order.
+                   filled by the per-axis blend along the axis whose bracket is narrowest in
+                   roofline time (the axis along which the least work changes: usually the
+                   prefix or cached length, then batch), ties broken by axis order.
 ``EXTRAPOLATED``   not bracketed along any axis: filled from the nearest covered cell along an
                    axis line by holding its roofline utilisation (see :mod:`modperf.roofline`),
                    with its *extrapolation distance* (octaves of value + 1, summed along the
@@ -18,7 +19,11 @@ prefix sweeps differ per isl), so lattice cells come in four states:
 ``UNCOVERED``      farther than the limit from any measurement: a query that needs it is refused.
 
 A query is a point; per axis it finds the lattice interval around it and blends the corners
-multilinearly, each axis in its own coordinate (:class:`AxisScale`). A query outside an axis's
+multilinearly, linear in latency. Each axis blends in its own coordinate: linear for batch,
+prefix/cached length and local heads (the work is affine in them), and for the *curved* axis --
+the new-token axis of context tables, whose work is linear (projections) plus quadratic
+(causal attention) -- in roofline time, so the blend follows the physical crossover; where the
+roofline is flat along that axis it falls back to sqrt space. A query outside an axis's
 lattice range is projected onto the edge, answered there, and scaled by the roofline ratio;
 the projection adds its own distance. The answer is ``exact`` when the point is a measured cell
 (the stored latency is returned bit for bit), ``extrapolated`` when any extrapolation distance
@@ -31,6 +36,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +51,9 @@ MEASURED_CELL, INTERPOLATED_CELL, EXTRAPOLATED_CELL, UNCOVERED_CELL = 0, 1, 2, 3
 #: the axes it had to leave: 1.0 allows one doubling of one axis (batch 256 -> 512, isl 16384
 #: -> 32768, local heads 128 -> 256), or a half-doubling along two.
 EXTRAPOLATION_LIMIT = 1.0
+
+#: Below this |log(roofline ratio)| an axis has no roofline shape between two points.
+_FLAT = 1e-9
 
 
 def octave(x: float) -> float:
@@ -77,8 +86,9 @@ class AxisScale:
 
 LIN, SQRT, LOG = AxisScale("lin"), AxisScale("sqrt"), AxisScale("log")
 
-#: Roofline seconds of lattice points: receives axis name -> value array (all the same shape).
-Roofline = Callable[[Mapping[str, np.ndarray]], np.ndarray]
+#: Roofline seconds: receives one value per axis, in grid axis order (floats, or arrays of one
+#: shape), returns a float or an array.
+Roofline = Callable[[Sequence[Any]], Any]
 
 
 @dataclass
@@ -97,8 +107,9 @@ class Grid:
 
     def __init__(self, axes: Sequence[str], points: Mapping[str, np.ndarray], latency: np.ndarray,
                  scales: Mapping[str, AxisScale], roofline: Roofline, *, heads_axis: str | None = None,
-                 limit: float = EXTRAPOLATION_LIMIT) -> None:
+                 curved_axis: str | None = None, limit: float = EXTRAPOLATION_LIMIT) -> None:
         self.axes = tuple(axes)
+        self.curved = self.axes.index(curved_axis) if curved_axis in self.axes else -1
         self.heads_axis = heads_axis
         self.limit = float(limit)
         self.roofline = roofline
@@ -123,12 +134,13 @@ class Grid:
         self._lat_py = self.latency.ravel().tolist()
         self._state_py = self.state.ravel().tolist()
         self._dist_py = self.distance.ravel().tolist()
+        self._roof_py = self.roof.ravel().tolist()
+        self.heads_pos = self.axes.index(heads_axis) if heads_axis in self.axes else -1
 
     # -- building ------------------------------------------------------------------------
 
-    def _mesh(self) -> dict[str, np.ndarray]:
-        grids = np.meshgrid(*[v.astype(np.float64) for v in self.values], indexing="ij")
-        return dict(zip(self.axes, grids))
+    def _mesh(self) -> list[np.ndarray]:
+        return np.meshgrid(*[v.astype(np.float64) for v in self.values], indexing="ij")
 
     def _fill(self, index: tuple[np.ndarray, ...], latency: np.ndarray) -> None:
         # masked-out cells divide by zero harmlessly; their results are discarded
@@ -143,6 +155,10 @@ class Grid:
         state[index] = MEASURED_CELL
         dist = np.zeros(shape)
         measured = state == MEASURED_CELL
+
+        roof = np.asarray(self.roofline(self._mesh()), dtype=np.float64)
+        roof = np.where(roof > 0, roof, np.nan)
+        self.roof = roof
 
         # interior cells: bracketed along an axis by measured cells of their own line
         best_span = np.full(shape, np.inf)
@@ -159,10 +175,15 @@ class Grid:
             p_i, n_i = np.where(ok, prev, 0), np.where(ok, nxt, 0)
             c0, c1 = c[p_i], c[n_i]
             w = (here - c0) / (c1 - c0)
+            r0, r1 = np.take_along_axis(roof, p_i, a), np.take_along_axis(roof, n_i, a)
+            span = np.abs(np.log(r1 / r0))
+            flat_roof = ~np.isfinite(span) | (span < _FLAT)
+            span = np.where(flat_roof, o[n_i] - o[p_i], span)  # no roofline shape: octaves
+            if a == self.curved:
+                w = np.where(flat_roof, w, (roof - r0) / (r1 - r0))
             v0 = np.take_along_axis(lat, p_i, a)
             v1 = np.take_along_axis(lat, n_i, a)
             pred = v0 * (1.0 - w) + v1 * w
-            span = o[n_i] - o[p_i]
             better = ok & (span < best_span)  # strict: earlier axes win ties
             best_span = np.where(better, span, best_span)
             best = np.where(better, pred, best)
@@ -173,8 +194,6 @@ class Grid:
         # exterior cells: hold the utilisation of the nearest covered cell along an axis line
         covered = state != UNCOVERED_CELL
         if not covered.all():
-            roof = self.roofline(self._mesh())
-            roof = np.where(roof > 0, roof, np.nan)
             for _ in range(2 * len(shape) + 2):
                 best_d = np.full(shape, np.inf)
                 best_v = np.full(shape, np.nan)
@@ -207,63 +226,81 @@ class Grid:
 
     def lookup(self, point: Sequence[float]) -> Lookup:
         """Latency at ``point`` (one value per axis, in ``self.axes`` order)."""
-        corners: list[tuple[int, float]] = [(0, 1.0)]
+        n_axes = len(self.axes)
+        lo_idx = [0] * n_axes  # lattice index of the lower corner per axis
+        frac = [0.0] * n_axes  # weight of the upper corner per axis (0: on a lattice value)
         outside: list[str] = []
         proj_dist = 0.0
-        projected: list[float] | None = None
-        exact = True
-        heads_pos = self.axes.index(self.heads_axis) if self.heads_axis in self.axes else -1
-        heads_used: tuple[int, ...] = ()
-        for a, x in enumerate(point):
+        clipped = list(point)
+        on_lattice = True
+        for a in range(n_axes):
+            x = point[a]
             vals = self._values_py[a]
-            stride = self.strides[a]
-            lo_v, hi_v = vals[0], vals[-1]
-            xc = x
-            if x < lo_v or x > hi_v:
-                xc = lo_v if x < lo_v else hi_v
+            if x < vals[0] or x > vals[-1]:
+                xc = vals[0] if x < vals[0] else vals[-1]
                 proj_dist += abs(octave(x) - octave(xc))
                 outside.append(self.axes[a])
-                if projected is None:
-                    projected = list(point)
-                projected[a] = xc
+                clipped[a] = xc
+            else:
+                xc = x
             i = bisect_left(vals, xc)
             if vals[i] == xc:
-                corners = [(c + i * stride, w) for c, w in corners]
-                if a == heads_pos:
-                    heads_used = (vals[i],)
+                lo_idx[a] = i
                 continue
-            exact = False
+            on_lattice = False
+            lo_idx[a] = i - 1
             coords = self._coords_py[a]
-            u = self._scale_py[a](xc)
-            t = (u - coords[i - 1]) / (coords[i] - coords[i - 1])
-            lo, hi = (i - 1) * stride, i * stride
-            corners = [(c + lo, w * (1.0 - t)) for c, w in corners] + [(c + hi, w * t) for c, w in corners]
-            if a == heads_pos:
-                heads_used = (vals[i - 1], vals[i])
+            frac[a] = (self._scale_py[a](xc) - coords[i - 1]) / (coords[i] - coords[i - 1])
+        strides = self.strides
+        base = 0
+        for a in range(n_axes):
+            base += lo_idx[a] * strides[a]
         lat, state, dist = self._lat_py, self._state_py, self._dist_py
-        if exact and not outside and state[corners[0][0]] == MEASURED_CELL:
-            return Lookup(lat[corners[0][0]], EXACT, 0.0, heads_used, ())
+        heads_used: tuple[int, ...] = ()
+        if self.heads_pos >= 0:
+            h = self.heads_pos
+            vals = self._values_py[h]
+            heads_used = (vals[lo_idx[h]],) if frac[h] == 0.0 else (vals[lo_idx[h]], vals[lo_idx[h] + 1])
+        if on_lattice and not outside and state[base] == MEASURED_CELL:
+            return Lookup(lat[base], EXACT, 0.0, heads_used, ())
+        c = self.curved
+        if c >= 0 and frac[c] != 0.0:
+            frac[c] = self._curved_frac(clipped, lo_idx, base, frac[c])
+        corners = [(base, 1.0)]
+        for a in range(n_axes):
+            t = frac[a]
+            if t != 0.0:
+                step = strides[a]
+                corners = [(f, w * (1.0 - t)) for f, w in corners] + [(f + step, w * t) for f, w in corners]
         value = 0.0
         spent = 0.0
-        for c, w in corners:
+        for f, w in corners:
             if w == 0.0:
                 continue
-            if state[c] == UNCOVERED_CELL:
+            if state[f] == UNCOVERED_CELL:
                 return Lookup(math.nan, REFUSED, math.inf, heads_used, tuple(outside))
-            value += w * lat[c]
-            if dist[c] > spent:
-                spent = dist[c]
+            value += w * lat[f]
+            if dist[f] > spent:
+                spent = dist[f]
         spent += proj_dist
         if spent > self.limit:
             return Lookup(math.nan, REFUSED, spent, heads_used, tuple(outside))
-        if projected is not None:
-            value *= self._roof_ratio(point, projected)
+        if outside:
+            r_at, r_edge = self.roofline(point), self.roofline(clipped)
+            value *= r_at / r_edge if r_edge > 0 else math.nan
         return Lookup(value, EXTRAPOLATED if spent > 0.0 else INTERPOLATED, spent, heads_used, tuple(outside))
 
-    def _roof_ratio(self, point: Sequence[float], projected: Sequence[float]) -> float:
-        at = {a: np.array([float(point[i]), float(projected[i])]) for i, a in enumerate(self.axes)}
-        r = self.roofline(at)
-        return float(r[0] / r[1]) if r[1] > 0 else math.nan
+    def _curved_frac(self, clipped: list[float], lo_idx: list[int], base: int, fallback: float) -> float:
+        """Upper-corner weight along the curved axis in roofline time, the other axes held at
+        their lower-corner lattice values (the same points the lattice's roofline holds)."""
+        c = self.curved
+        at = [self._values_py[a][lo_idx[a]] for a in range(len(self.axes))]
+        at[c] = clipped[c]
+        r0 = self._roof_py[base]
+        r1 = self._roof_py[base + self.strides[c]]
+        if not (r0 > 0 and r1 > 0) or abs(math.log(r1 / r0)) < _FLAT:
+            return fallback
+        return (self.roofline(at) - r0) / (r1 - r0)
 
     # -- vectorised lookup ----------------------------------------------------------------
 
@@ -273,52 +310,67 @@ class Grid:
         arrays = np.broadcast_arrays(*[np.asarray(p) for p in points])
         n_shape = arrays[0].shape
         xs = [np.ravel(x).astype(np.float64, copy=False) for x in arrays]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            value, kind = self._lookup_flat(xs)
+        return value.reshape(n_shape), kind.reshape(n_shape)
+
+    def _lookup_flat(self, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         n = xs[0].size
-        flat_lo = np.zeros(n, dtype=np.int64)  # lower corner of the interval on every axis
-        flat_at = np.zeros(n, dtype=np.int64)  # the lattice point at or below the query
-        parts: list[tuple[int, np.ndarray | None]] = []  # (stride, weight of the upper corner)
+        n_axes = len(self.axes)
+        base = np.zeros(n, dtype=np.int64)  # lower corner on every axis
+        exact = np.ones(n, dtype=bool)
         proj = np.zeros(n)
         outside = np.zeros(n, dtype=bool)
-        exact = np.ones(n, dtype=bool)
-        clipped = []
+        clipped: list[np.ndarray] = []
+        lo_vals: list[np.ndarray] = []
+        fracs: list[np.ndarray | None] = []
         for a, x in enumerate(xs):
             vals = self.values[a]
-            if vals.size == 1:
-                xc = np.full(n, float(vals[0]))
-                out = x != xc
-                if out.any():
-                    proj += np.where(out, np.abs(np.log2(x + 1.0) - np.log2(xc + 1.0)), 0.0)
-                    outside |= out
-                clipped.append(xc)
-                continue
             xc = np.clip(x, vals[0], vals[-1])
             out = xc != x
             if out.any():
                 proj += np.where(out, np.abs(np.log2(x + 1.0) - np.log2(xc + 1.0)), 0.0)
                 outside |= out
             clipped.append(xc)
+            if vals.size == 1:
+                lo_vals.append(xc)
+                fracs.append(None)
+                continue
             at = np.searchsorted(vals, xc, side="right") - 1  # vals[at] <= xc
             on_value = vals[at] == xc
             exact &= on_value
-            flat_at += at * self.strides[a]
             i = np.minimum(at, vals.size - 2)
+            # on a lattice value: sit on it (weight 0 above), also at the top edge
+            i = np.where(on_value, at, i)
+            top = i == vals.size - 1
+            i_lo = np.where(top, i - 1, i)
             c = self.coords[a]
-            u = self.scales[a].array(xc)
-            t = np.where(on_value & (i == at), 0.0, (u - c[i]) / (c[i + 1] - c[i]))
-            flat_lo += i * self.strides[a]
-            parts.append((self.strides[a], t))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self._blend_many(xs, clipped, parts, flat_lo, flat_at, exact, proj, outside, n_shape)
-
-    def _blend_many(self, xs, clipped, parts, flat_lo, flat_at, exact, proj, outside, n_shape):  # noqa: ANN001,ANN202
-        n = flat_lo.size
+            t = np.where(on_value, np.where(top, 1.0, 0.0),
+                         (self.scales[a].array(xc) - c[i_lo]) / (c[i_lo + 1] - c[i_lo]))
+            base += i_lo * self.strides[a]
+            lo_vals.append(vals[i_lo].astype(np.float64))
+            fracs.append(t)
         lat_flat, state_flat, dist_flat = self.latency.ravel(), self.state.ravel(), self.distance.ravel()
+        c = self.curved
+        if c >= 0 and fracs[c] is not None:
+            t = fracs[c]
+            off = (t > 0.0) & (t < 1.0)
+            if off.any():
+                roof_flat = self.roof.ravel()
+                r0 = roof_flat[base]
+                r1 = roof_flat[np.where(off, base + self.strides[c], base)]
+                at = list(lo_vals)
+                at[c] = clipped[c]
+                rx = np.asarray(self.roofline(at), dtype=np.float64)
+                tr = (rx - r0) / (r1 - r0)
+                ok = off & (r0 > 0) & (r1 > 0) & (np.abs(np.log(r1 / r0)) >= _FLAT)
+                fracs[c] = np.where(ok, tr, t)
         value = np.zeros(n)
         spent = np.zeros(n)
         uncovered = np.zeros(n, dtype=bool)
-        k = len(parts)
-        for corner in range(1 << k):
-            idx = flat_lo.copy()
+        parts = [(self.strides[a], t) for a, t in enumerate(fracs) if t is not None]
+        for corner in range(1 << len(parts)):
+            idx = base.copy()
             w = np.ones(n)
             for j, (stride, t) in enumerate(parts):
                 if corner >> j & 1:
@@ -327,24 +379,31 @@ class Grid:
                 else:
                     w *= 1.0 - t
             used = w > 0.0
-            st = state_flat[idx]
-            uncovered |= used & (st == UNCOVERED_CELL)
-            value += np.where(used, w * np.where(used, lat_flat[idx], 0.0), 0.0)
+            idx = np.where(used, idx, 0)
+            uncovered |= used & (state_flat[idx] == UNCOVERED_CELL)
+            value += np.where(used, w * lat_flat[idx], 0.0)
             spent = np.maximum(spent, np.where(used, dist_flat[idx], 0.0))
         spent += proj
         if outside.any():
             sel = np.flatnonzero(outside)
-            at = {a: np.concatenate([xs[i][sel], clipped[i][sel]]) for i, a in enumerate(self.axes)}
-            r = self.roofline(at)
-            value[sel] *= r[: sel.size] / r[sel.size:]
+            r_at = np.asarray(self.roofline([x[sel] for x in xs]), dtype=np.float64)
+            r_edge = np.asarray(self.roofline([x[sel] for x in clipped]), dtype=np.float64)
+            value[sel] *= r_at / r_edge
         kind = np.where(spent > 0.0, EXTRAPOLATED, INTERPOLATED).astype(np.int8)
-        is_exact = exact & ~outside & (state_flat[flat_at] == MEASURED_CELL)
-        kind[is_exact] = EXACT
-        value[is_exact] = lat_flat[flat_at[is_exact]]
+        # exact: on lattice values on every axis, inside the range, at a measured cell; the
+        # cell is the corner whose weight is 1 (the upper one at a top edge)
+        if exact.any():
+            at_cell = base.copy()
+            for a, t in enumerate(fracs):
+                if t is not None:
+                    at_cell += np.where(t == 1.0, self.strides[a], 0)
+            is_exact = exact & ~outside & (state_flat[at_cell] == MEASURED_CELL)
+            kind[is_exact] = EXACT
+            value[is_exact] = lat_flat[at_cell[is_exact]]
         refused = uncovered | (spent > self.limit)
         kind[refused] = REFUSED
         value[refused] = np.nan
-        return value.reshape(n_shape), kind.reshape(n_shape)
+        return value, kind
 
     # -- description ----------------------------------------------------------------------
 

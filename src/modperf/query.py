@@ -131,7 +131,7 @@ class TableIndex:
         with self.lock:
             grid = self.grids.get(group)
             if grid is None:
-                grid = _build_grid(self, group, system)
+                grid = build_grid(self, group, system)
                 self.grids[group] = grid
         return grid
 
@@ -141,8 +141,9 @@ def _sort_key(v: Any) -> tuple[int, Any]:
 
 
 def axis_scales(keyed: KeyedTable) -> dict[str, AxisScale]:
-    """Blend coordinate per axis (docs/queries.md): the sequence axis of context tables in
-    sqrt space, everything else linear."""
+    """Fallback blend coordinate per axis (docs/queries.md): linear, and sqrt for the sequence
+    axis of context tables, which blends in roofline time wherever the roofline has a shape
+    along it (see :mod:`modperf.interp`)."""
     spec = keyed.spec
     scales = {a: LIN for a in spec.axes}
     scales[HEADS] = LIN
@@ -151,17 +152,23 @@ def axis_scales(keyed: KeyedTable) -> dict[str, AxisScale]:
     return scales
 
 
-def _build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None) -> Grid:
+def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
+               drop_point: int | None = None) -> Grid:
+    """The grid of one group. ``drop_point`` (a point index of the keyed table) leaves that
+    point out: the leave-one-out benchmark predicts it from the rest."""
     keyed = index.keyed
     spec = keyed.spec
     buckets = index.groups[group]
     heads_axis = keyed.family.tier is not Tier.NATIVE
     axes = ((HEADS,) if heads_axis else ()) + tuple(spec.axes)
-    sl = [slice(int(keyed.offsets[b]), int(keyed.offsets[b + 1])) for b in buckets]
-    points = {a: np.concatenate([keyed.axes[a][s] for s in sl]) for a in spec.axes}
+    rows = np.concatenate([np.arange(keyed.offsets[b], keyed.offsets[b + 1]) for b in buckets])
+    if drop_point is not None:
+        rows = rows[rows != drop_point]
+    points = {a: keyed.axes[a][rows] for a in spec.axes}
     if heads_axis:
-        points[HEADS] = np.concatenate([np.full(s.stop - s.start, keyed.bucket_local[b]) for s, b in zip(sl, buckets)])
-    latency = np.concatenate([keyed.latency[s] for s in sl])
+        point_bucket = np.repeat(np.arange(keyed.n_buckets), np.diff(keyed.offsets))
+        points[HEADS] = keyed.bucket_local[point_bucket[rows]]
+    latency = keyed.latency[rows]
     key = dict(zip(index.group_names, group))
     models = sorted({m for b in buckets for m in keyed.bucket_models[b]})
     geometry = dict(keyed.model_geometry.get(models[0], ())) if models else {}
@@ -169,22 +176,25 @@ def _build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None) -
     work = work_model(keyed.family.name, keyed.ref.table, spec.phase, key, geometry, gpu)
     native_heads = int(key[HEADS]) if not heads_axis and HEADS in key else None
 
-    def roofline(at: Mapping[str, np.ndarray]) -> np.ndarray:
-        first = next(iter(at.values()))
-        ones = np.ones_like(first, dtype=np.float64)
-        if "num_tokens" in at:
-            batch, isl, step = at["num_tokens"], ones, 0.0 * ones
-        else:
-            batch = at.get("batch_size", ones)
-            isl = at.get("isl", ones)
-            step = at.get("step", 0.0 * ones)
-        heads = at.get(HEADS, ones * (native_heads or 1))
-        if native_heads is not None and "tp_size" in key:
-            heads = ones * native_heads / max(int(key["tp_size"]), 1)
-        return np.asarray(work.seconds(batch, isl, step, heads), dtype=np.float64) * ones
+    # the roofline's (batch, isl, step, heads) from grid axes: positions, or constants
+    pos = {a: i for i, a in enumerate(axes)}
+    fixed_heads = float(native_heads) / max(int(key[TP]), 1) if native_heads is not None and TP in key else \
+        float(native_heads or 1)
+    if "num_tokens" in pos:
+        pick = (pos["num_tokens"], None, None, pos.get(HEADS))
+        constant = (1.0, 1.0, 0.0, fixed_heads)
+    else:
+        pick = (pos.get("batch_size"), pos.get("isl"), pos.get("step"), pos.get(HEADS))
+        constant = (1.0, 1.0, 0.0, fixed_heads)
+    seconds = work.seconds
 
+    def roofline(values):  # noqa: ANN001,ANN202  (floats or arrays, in grid axis order)
+        b, s, p, h = (values[i] if i is not None else c for i, c in zip(pick, constant))
+        return seconds(b, s, p, h)
+
+    curved = spec.seq_axis if spec.phase == "context" else None
     return Grid(axes, points, latency, axis_scales(keyed), roofline, heads_axis=HEADS if heads_axis else None,
-                limit=EXTRAPOLATION_LIMIT)
+                curved_axis=curved, limit=EXTRAPOLATION_LIMIT)
 
 
 # --- field handling ---------------------------------------------------------------------

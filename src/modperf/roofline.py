@@ -127,11 +127,15 @@ class WorkModel:
             # generation tables: ``step`` is the cached length, ``isl`` the tokens per sequence
             keys = p + s
             kv_len = p + s
+        # plain floats on the scalar query path (numpy calls cost ~1 us each there)
+        vector = isinstance(b, np.ndarray) or isinstance(s, np.ndarray) or isinstance(p, np.ndarray) \
+            or isinstance(h, np.ndarray)
+        lower, upper = (np.minimum, np.maximum) if vector else (min, max)
         keys = keys / self.compress
         kv_len = kv_len / self.compress
         if self.cap > 0:
-            keys = np.minimum(keys, self.cap)
-            kv_read = np.minimum(kv_len, self.cap * np.maximum(s, 1))
+            keys = lower(keys, self.cap)
+            kv_read = lower(kv_len, self.cap * upper(s, 1))
         else:
             kv_read = kv_len
         pairs = tokens * keys
@@ -142,7 +146,7 @@ class WorkModel:
         bytes_ = (weights + b * kv_read * (self.kv_bytes_per_token + self.kv_bytes_per_token_per_head * h)
                   + tokens * self.act_bytes_per_token_per_head * h)
         compute = flops_proj / self.proj_peak + flops_attn / self.attn_peak
-        return np.maximum(compute, bytes_ / self.mem_bw)
+        return upper(compute, bytes_ / self.mem_bw)
 
 
 def _geo(geometry: dict[str, Any], name: str, default: float) -> float:

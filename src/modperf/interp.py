@@ -368,21 +368,24 @@ class Grid:
         value = np.zeros(n)
         spent = np.zeros(n)
         uncovered = np.zeros(n, dtype=bool)
-        parts = [(self.strides[a], t) for a, t in enumerate(fracs) if t is not None]
+        # axes on a lattice value for every point (a fixed local count, say) add no corners
+        parts = [(self.strides[a], t, 1.0 - t) for a, t in enumerate(fracs) if t is not None and t.any()]
         for corner in range(1 << len(parts)):
             idx = base.copy()
-            w = np.ones(n)
-            for j, (stride, t) in enumerate(parts):
+            w = None
+            for j, (stride, t, one_minus_t) in enumerate(parts):
                 if corner >> j & 1:
                     idx += stride
-                    w *= t
+                    w = t if w is None else w * t
                 else:
-                    w *= 1.0 - t
+                    w = one_minus_t if w is None else w * one_minus_t
+            if w is None:
+                w = np.ones(n)
             used = w > 0.0
-            idx = np.where(used, idx, 0)
+            idx[~used] = 0
             uncovered |= used & (state_flat[idx] == UNCOVERED_CELL)
             value += np.where(used, w * lat_flat[idx], 0.0)
-            spent = np.maximum(spent, np.where(used, dist_flat[idx], 0.0))
+            np.maximum(spent, np.where(used, dist_flat[idx], 0.0), out=spent)
         spent += proj
         if outside.any():
             sel = np.flatnonzero(outside)

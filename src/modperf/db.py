@@ -6,6 +6,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from . import errors as E
 from .buckets import KeyedTable
@@ -13,6 +14,9 @@ from .catalog import Catalog, TableRef
 from .families import family_of
 from .load import load_table
 from .models import ModelRegistry
+
+if TYPE_CHECKING:
+    from .query import Answer, Latencies, QueryEngine
 
 
 class Database:
@@ -29,6 +33,7 @@ class Database:
         self.models = ModelRegistry.default(model_configs)
         self._tables: dict[Path, KeyedTable] = {}
         self._lock = threading.Lock()
+        self._query_engine: QueryEngine | None = None
 
     @property
     def root(self) -> Path:
@@ -70,6 +75,28 @@ class Database:
                                        physical=False):
             if family_of(ref.table) is not None:
                 yield self.load(ref)
+
+    # -- queries (semantics in modperf.query and docs/queries.md) ----------------------------
+
+    @property
+    def queries(self) -> QueryEngine:
+        if self._query_engine is None:
+            from .query import QueryEngine
+
+            self._query_engine = QueryEngine(self)
+        return self._query_engine
+
+    def query(self, **fields: Any) -> Answer:
+        """One latency: ``db.query(table=..., system=..., backend=..., version=..., model=... |
+        native_heads=..., tp_size=... | num_heads=..., <key columns>..., allow_substitute=False)``."""
+        return self.queries.query(fields)
+
+    def query_many(self, **fields: Any) -> Latencies:
+        """Vectorised: numpy arrays for the numeric axes (batch_size, isl, step, num_tokens, and
+        num_heads where it is the heads axis) of one table group, scalars for everything else.
+        Returns latencies (NaN where refused) and kind codes (0 exact, 1 interpolated,
+        2 extrapolated, -1 refused); unpacks as ``latency_ms, kinds``."""
+        return self.queries.query_many(fields)
 
 
 def _with_ref(keyed: KeyedTable, ref: TableRef) -> KeyedTable:

@@ -327,3 +327,33 @@ class WrittenTableRejectedError(WriterError, TableRejectedError):
     """The measurements, taken together, fail a loader guard; nothing was written."""
 
     kind = "written_table_rejected"
+
+
+# --- queries (modperf.query) ------------------------------------------------------------
+
+
+class QueryFieldError(UsageError):
+    """A query field that is missing, unknown, of the wrong type, or inconsistent with
+    another field; the message lists the table's key columns."""
+
+    kind = "query_field"
+
+
+class ShardError(QueryFieldError):
+    """tp_size does not divide the native head count (or num_heads * tp_size != native)."""
+
+    kind = "shard"
+
+
+class NotCoveredError(ModperfError):
+    """The table holds no bucket for the requested key: a native head count it never measured,
+    or a key (dtype, kernel, kv heads...) it does not hold. Lists what it does hold."""
+
+    kind = "not_covered"
+
+
+class OutOfCoverageError(ModperfError):
+    """The point lies farther outside the measured grid than the documented extrapolation
+    limit (docs/queries.md), or in a region of a ragged grid no measurement reaches."""
+
+    kind = "out_of_coverage"

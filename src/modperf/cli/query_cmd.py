@@ -1,0 +1,164 @@
+"""``modperf query``: one latency, or a batch of JSON-lines queries."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from typing import IO, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .. import errors as E
+from ..db import Database
+from . import app
+from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, dumps, emit_json, handles_errors
+
+
+def parse_extra_fields(args: list[str]) -> dict[str, str]:
+    """``--FIELD VALUE`` and ``--FIELD=VALUE`` pairs (dashes in FIELD become underscores).
+    Values stay strings; the query coerces them to each column's type."""
+    fields: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if not token.startswith("--") or token == "--":
+            raise E.QueryFieldError(
+                f"unexpected argument {token!r}: key columns are given as --FIELD VALUE",
+                values={"argument": token}, fix="e.g. --batch-size 8 --isl 4096 (TABLE comes first)")
+        name, eq, value = token[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                raise E.QueryFieldError(f"--{name} needs a value", values={"field": name},
+                                        fix=f"--{name} VALUE")
+            value = args[i + 1]
+            i += 1
+        fields[name.replace("-", "_")] = value
+        i += 1
+    return fields
+
+
+def _open_batch(path: str) -> IO[str]:
+    if path == "-":
+        return sys.stdin
+    try:
+        return open(path, encoding="utf-8")  # noqa: SIM115  (closed by the caller)
+    except OSError as exc:
+        raise E.QueryFieldError(f"cannot read batch file: {exc.strerror}", file=path,
+                                fix="pass a file of JSON lines, or - for stdin") from exc
+
+
+def _error_line(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, E.ModperfError):
+        return {"error": exc.to_dict()}
+    return {"error": {"type": type(exc).__name__, "kind": "internal", "message": str(exc)}}
+
+
+def run_batch(db: Database, lines: Iterable[str], defaults: dict[str, Any]) -> Iterator[tuple[bool, str]]:
+    """One output line per query line, in order: the answer, or ``{"error": {...}}``. Blank
+    lines are skipped; nothing else stops the batch."""
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise E.QueryFieldError(f"line {number}: a query is a JSON object, got {type(obj).__name__}",
+                                        values={"line": number}, fix='e.g. {"table": "...", "system": "...", ...}')
+            answer = db.query(**{**defaults, **obj})
+            yield True, dumps(answer.to_dict())
+        except json.JSONDecodeError as exc:
+            err = E.QueryFieldError(f"line {number} is not JSON: {exc.msg}", values={"line": number},
+                                    fix="one JSON object per line")
+            yield False, dumps(_error_line(err))
+        except Exception as exc:  # noqa: BLE001  (a bad line never stops the batch)
+            yield False, dumps(_error_line(exc))
+
+
+def print_answer(answer: dict[str, Any]) -> None:
+    kind = answer["kind"]
+    style = {"exact": "green", "interpolated": "cyan", "extrapolated": "yellow"}.get(kind, "white")
+    console.print(f"[bold]{answer['latency_ms']:.6g} ms[/]  [{style}]{kind}[/]")
+    grid = Table(show_header=False, box=None, pad_edge=False)
+    grid.add_column(style="dim")
+    grid.add_column(overflow="fold")
+    f = answer["fields"]
+    grid.add_row("slot", f"{answer['system']}/{answer['backend']}/{answer['version']}/{answer['table']}")
+    heads = f"local {answer['local']}"
+    if answer["native"] is not None:
+        heads = f"native {answer['native']}, " + heads
+    grid.add_row("heads", heads + f" (measured locals used: {', '.join(map(str, answer['locals_used']))})")
+    key = {k: v for k, v in f.items() if k not in ("table", "system", "backend", "version")}
+    grid.add_row("key", ", ".join(f"{k}={v}" for k, v in key.items()))
+    grid.add_row("models", ", ".join(answer["models"]) or "-")
+    grid.add_row("files", "\n".join(answer["files"]))
+    if answer["substitution"]:
+        grid.add_row("substitution", f"[yellow]{escape(answer['substitution'])}[/]")
+    if answer["reused_from"]:
+        grid.add_row("reuse", f"answered by version {answer['reused_from']} (reuse.yaml"
+                     + (f": {escape(str(answer['reuse_reason']))})" if answer["reuse_reason"] else ")"))
+    if answer["extrapolation"]:
+        x = answer["extrapolation"]
+        grid.add_row("extrapolation", f"{x['distance_octaves']:.3g} of {x['limit_octaves']:g} octave(s), "
+                     f"{escape(x['model'])}; measured range {x['measured_range']}")
+    console.print(grid)
+
+
+@app.command("query", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@handles_errors
+def query_command(
+    ctx: typer.Context,
+    table: Annotated[str | None, typer.Argument(help="Table stem, e.g. mla_context_module.", show_default=False)] = None,
+    system: Annotated[str | None, typer.Option("--system", help="System, e.g. h200_sxm.")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", help="Backend: sglang, vllm, trtllm.")] = None,
+    version: Annotated[str | None, typer.Option("--version", help="Backend version folder.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="HF model id; its native heads come from its config.")] = None,
+    native_heads: Annotated[int | None, typer.Option("--native-heads", help="Native head count (instead of --model).")] = None,
+    tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel size: local heads = native / tp.")] = None,
+    num_heads: Annotated[int | None, typer.Option("--num-heads", help="Rank-local heads, directly (instead of --tp).")] = None,
+    allow_substitute: Annotated[bool, typer.Option("--allow-substitute", help="Answer an unmeasured native from the nearest one (the answer says so).")] = False,
+    batch: Annotated[str | None, typer.Option("--batch", help="JSON-lines file of queries (- for stdin); writes one JSON line per query.")] = None,
+    data_root: DataRootOpt = None,
+    model_configs: ModelConfigsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Latency of one module shape: give the key columns as --FIELD VALUE (e.g. --batch-size 8 --isl 4096).
+
+    Exit codes: 0 answered (every line, with --batch), 1 not covered / out of coverage (or any
+    batch line failed), 2 usage errors.
+    """
+    fields: dict[str, Any] = {"table": table, "system": system, "backend": backend, "version": version,
+                              "model": model, "native_heads": native_heads, "tp_size": tp, "num_heads": num_heads}
+    if allow_substitute:
+        fields["allow_substitute"] = True
+    extra = parse_extra_fields(list(ctx.args))
+    clash = sorted(set(extra) & {k for k, v in fields.items() if v is not None})
+    if clash:
+        raise E.QueryFieldError(f"field(s) {', '.join(clash)} given twice", values={"fields": clash},
+                                fix="give each field once")
+    fields.update(extra)
+    fields = {k: v for k, v in fields.items() if v is not None}
+    db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
+    if batch is not None:
+        stream = _open_batch(batch)
+        failed = 0
+        try:
+            for ok, line in run_batch(db, stream, fields):
+                failed += not ok
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+        finally:
+            if stream is not sys.stdin:
+                stream.close()
+        raise typer.Exit(1 if failed else 0)
+    if table is None:
+        raise E.QueryFieldError("missing TABLE (or --batch FILE)", values={},
+                                fix="modperf query TABLE --system S --backend B --version V ... (see --help)")
+    answer = db.query(**fields).to_dict()
+    if json_out:
+        emit_json(answer)
+    else:
+        print_answer(answer)
+

@@ -1,0 +1,233 @@
+"""Roofline time of one table row: the physical yardstick that extrapolation holds against.
+
+Outside the measured grid modperf keeps the *utilisation* of the nearest measured point
+(measured latency / roofline time) and scales by the roofline time of the requested point:
+``t(x) = t(anchor) * R(x) / R(anchor)``. Only the ratio R(x) / R(anchor) matters, so the work
+model below needs the right *shape* along each axis (how flops and bytes grow with batch,
+sequence, prefix and local heads), not cycle-accurate constants.
+
+    R(x) = max(flops(x) / peak_flops, bytes(x) / mem_bw)
+
+flops and bytes come from a small per-family work model: per-token projection GEMMs (module
+tables), query-key pairs of the attention core (causal in context: each new token attends to
+the prefix and to the new tokens before it; capped by a sliding window or a sparse top-k) and
+the KV cache read. GPU peaks come from the corpus's ``systems/{system}.yaml`` (the dtype's
+tensor-core peak and ``mem_bw``); a system without a spec file uses DEFAULT_GPU and the answer
+says so.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+#: Used when the system has no spec file (a user data root): an H100-class balance point.
+DEFAULT_GPU = {"bfloat16_tc_flops": 989e12, "fp8_tc_flops": 1979e12, "mem_bw": 3.35e12}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    bf16_flops: float
+    fp8_flops: float
+    fp4_flops: float
+    mem_bw: float
+    from_file: bool
+
+    def peak(self, dtype: str | None) -> float:
+        d = (dtype or "").lower()
+        if "fp4" in d:
+            return self.fp4_flops
+        if "fp8" in d or "int8" in d:
+            return self.fp8_flops
+        return self.bf16_flops
+
+
+@functools.lru_cache(maxsize=64)
+def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
+    """The GPU of ``system`` from ``{systems_dir}/{system}.yaml`` (default: the embedded corpus)."""
+    data: dict[str, Any] = {}
+    if system:
+        if systems_dir is None:
+            from .catalog import embedded_systems_dir
+
+            try:
+                folder = embedded_systems_dir()
+            except Exception:  # noqa: BLE001  (no embedded corpus: fall back to the default)
+                folder = None
+        else:
+            folder = Path(systems_dir)
+        path = folder / f"{system}.yaml" if folder is not None else None
+        if path is not None and path.is_file():
+            try:
+                doc = yaml.safe_load(path.read_text()) or {}
+                data = doc.get("gpu") or {}
+            except yaml.YAMLError:
+                data = {}
+    from_file = bool(data.get("bfloat16_tc_flops") and data.get("mem_bw"))
+    if not from_file:
+        data = DEFAULT_GPU
+    bf16 = float(data["bfloat16_tc_flops"])
+    fp8 = float(data.get("fp8_tc_flops") or bf16)  # A100 has no fp8 units: fp8 runs at bf16 rate
+    fp4 = float(data.get("fp4_tc_flops") or fp8)
+    return GpuSpec(system or "default", bf16, fp8, fp4, float(data["mem_bw"]), from_file)
+
+
+def _bytes_of(dtype: str | None) -> float:
+    d = (dtype or "").lower()
+    if "fp4" in d:
+        return 0.5
+    if "fp8" in d or "int8" in d:
+        return 1.0
+    return 2.0
+
+
+@dataclass(frozen=True)
+class WorkModel:
+    """Per-family work of one row, as functions of (batch, new tokens, prefix, local heads).
+
+    ``proj_*``: projection weights touched per token, ``a + b * heads`` elements.
+    ``pair_flops_per_head`` / ``pair_flops_shared``: flops per (query, key) pair.
+    ``kv_bytes_per_token``: bytes of cache read per attended key (``+ per_head * heads``).
+    ``cap``: attended keys per query are capped here (window, top-k), 0 = no cap.
+    ``compress``: keys are compressed by this ratio before attention (DeepSeek-V4).
+    """
+
+    phase: str
+    proj_shared: float = 0.0
+    proj_per_head: float = 0.0
+    pair_flops_per_head: float = 0.0
+    pair_flops_shared: float = 0.0
+    kv_bytes_per_token: float = 0.0
+    kv_bytes_per_token_per_head: float = 0.0
+    act_bytes_per_token_per_head: float = 0.0
+    cap: float = 0.0
+    compress: float = 1.0
+    proj_peak: float = 1.0
+    attn_peak: float = 1.0
+    weight_bytes: float = 2.0
+    mem_bw: float = 1.0
+    #: mla_bmm: a token-only kernel (num_tokens axis), flops per token per head.
+    token_flops_per_head: float = 0.0
+
+    def seconds(self, batch: np.ndarray | float, isl: np.ndarray | float, step: np.ndarray | float,
+                heads: np.ndarray | float) -> np.ndarray | float:
+        b, s, p, h = batch, isl, step, heads
+        tokens = b * s
+        if self.phase == "context":
+            # each new token attends to the prefix and (causally) to the new tokens up to itself
+            keys = p + (s + 1) * 0.5
+            kv_len = p + s
+        else:
+            # generation tables: ``step`` is the cached length, ``isl`` the tokens per sequence
+            keys = p + s
+            kv_len = p + s
+        # plain floats on the scalar query path (numpy calls cost ~1 us each there)
+        vector = isinstance(b, np.ndarray) or isinstance(s, np.ndarray) or isinstance(p, np.ndarray) \
+            or isinstance(h, np.ndarray)
+        lower, upper = (np.minimum, np.maximum) if vector else (min, max)
+        keys = keys / self.compress
+        kv_len = kv_len / self.compress
+        if self.cap > 0:
+            keys = lower(keys, self.cap)
+            kv_read = lower(kv_len, self.cap * upper(s, 1))
+        else:
+            kv_read = kv_len
+        pairs = tokens * keys
+        proj = tokens * (self.proj_shared + self.proj_per_head * h)
+        flops_proj = 2.0 * proj + tokens * self.token_flops_per_head * h
+        flops_attn = pairs * (self.pair_flops_per_head * h + self.pair_flops_shared)
+        weights = (self.proj_shared + self.proj_per_head * h) * self.weight_bytes
+        bytes_ = (weights + b * kv_read * (self.kv_bytes_per_token + self.kv_bytes_per_token_per_head * h)
+                  + tokens * self.act_bytes_per_token_per_head * h)
+        compute = flops_proj / self.proj_peak + flops_attn / self.attn_peak
+        return upper(compute, bytes_ / self.mem_bw)
+
+
+def _geo(geometry: dict[str, Any], name: str, default: float) -> float:
+    value = geometry.get(name)
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    return default
+
+
+def work_model(family: str, table: str, phase: str, key: dict[str, Any], geometry: dict[str, Any],
+               gpu: GpuSpec) -> WorkModel:
+    """The work model of one bucket group. ``key`` holds the group's categorical and discrete
+    key values; ``geometry`` the module's HF config fields (empty for local-only tables)."""
+    kv_b = _bytes_of(key.get("kv_cache_dtype"))
+    attn_dtype = key.get("attn_dtype") or key.get("mla_dtype") or key.get("bmm_dtype")
+    gemm_dtype = key.get("gemm_type") or attn_dtype
+    common = dict(phase=phase, mem_bw=gpu.mem_bw, proj_peak=gpu.peak(gemm_dtype), attn_peak=gpu.peak(attn_dtype),
+                  weight_bytes=_bytes_of(gemm_dtype))
+    g = lambda name, default: _geo(geometry, name, default)  # noqa: E731
+    hidden = g("hidden_size", 7168)
+    q_lora, kv_lora = g("q_lora_rank", 1536), g("kv_lora_rank", 512)
+    nope, rope, v = g("qk_nope_head_dim", 128), g("qk_rope_head_dim", 64), g("v_head_dim", 128)
+    window = float(key.get("window_size") or 0)
+
+    if family == "gqa":
+        d, kvh = float(key.get("head_dim") or 128), float(key.get("num_key_value_heads") or 8)
+        beam = float(key.get("beam_width") or 1)
+        return WorkModel(pair_flops_per_head=4.0 * d, kv_bytes_per_token=2.0 * kvh * d * kv_b / beam,
+                         act_bytes_per_token_per_head=2.0 * d * 2.0, cap=window, **common)
+    if family == "mla_kernel":
+        if table == "mla_bmm":
+            return WorkModel(token_flops_per_head=2.0 * nope * kv_lora, proj_per_head=nope * kv_lora,
+                             act_bytes_per_token_per_head=(nope + kv_lora) * 2.0, **common)
+        if phase == "context":  # non-absorbed: per head q.k over nope+rope, p.v over v
+            return WorkModel(pair_flops_per_head=2.0 * (nope + rope + v),
+                             kv_bytes_per_token_per_head=(nope + v) * kv_b, kv_bytes_per_token=rope * kv_b,
+                             act_bytes_per_token_per_head=(nope + rope + v) * 2.0, **common)
+        # absorbed decode: every head reads the shared latent cache
+        return WorkModel(pair_flops_per_head=2.0 * (kv_lora + rope + kv_lora), kv_bytes_per_token=(kv_lora + rope) * kv_b,
+                         act_bytes_per_token_per_head=(kv_lora + rope) * 2.0, **common)
+
+    if family in ("mla_module", "dsa"):
+        gate = hidden * v if g("mla_use_output_gate", 0) else 0.0
+        proj_shared = hidden * q_lora + hidden * (kv_lora + rope)
+        proj_per_head = q_lora * (nope + rope) + kv_lora * (nope + v) + v * hidden + gate
+        if phase == "context":
+            pair, kv_tok, kv_head = 2.0 * (nope + rope + v), rope * kv_b, (nope + v) * kv_b
+        else:
+            pair, kv_tok, kv_head = 2.0 * (2 * kv_lora + rope), (kv_lora + rope) * kv_b, 0.0
+        shared_pair, cap = 0.0, 0.0
+        if family == "dsa" and not str(key.get("op_name", "")).endswith("_skip_indexer"):
+            shared_pair = 2.0 * g("index_n_heads", 64) * g("index_head_dim", 128)
+        if family == "dsa":
+            cap = g("index_topk", 2048)
+        return WorkModel(proj_shared=proj_shared, proj_per_head=proj_per_head, pair_flops_per_head=pair,
+                         pair_flops_shared=shared_pair, kv_bytes_per_token=kv_tok, kv_bytes_per_token_per_head=kv_head,
+                         act_bytes_per_token_per_head=(nope + rope + v) * 2.0, cap=cap, **common)
+    if family == "msa":
+        d, kvh = g("head_dim", 128), g("num_key_value_heads", 8)
+        cap = g("sparse_attention_config.sparse_topk_blocks", 0) * g("sparse_attention_config.sparse_block_size", 0)
+        return WorkModel(proj_shared=hidden * 2 * kvh * d, proj_per_head=2.0 * hidden * d, pair_flops_per_head=4.0 * d,
+                         kv_bytes_per_token=2.0 * kvh * d * kv_b, act_bytes_per_token_per_head=2.0 * d * 2.0, cap=cap,
+                         **common)
+    if family in ("dsv4", "sparse_kernel"):
+        d = g("head_dim", 512)
+        ratio = float(key.get("compress_ratio") or 1) or 1.0
+        topk = g("index_topk", 2048)
+        if "logits" in table or "topk" in table:
+            # indexer kernels: the index heads score every compressed key (no per-head sharding)
+            return WorkModel(pair_flops_shared=2.0 * g("index_n_heads", 64) * g("index_head_dim", 128),
+                             kv_bytes_per_token=g("index_head_dim", 128) * kv_b, compress=ratio, **common)
+        o_lora, o_groups = g("o_lora_rank", 1024), g("o_groups", 8)
+        proj_shared = hidden * q_lora + hidden * d + o_groups * o_lora * hidden / max(o_groups, 1)
+        proj_per_head = q_lora * d + d * o_lora / max(o_groups, 1)
+        if table.startswith("glm5"):
+            proj_shared, proj_per_head = 0.0, 0.0
+        cap = topk if "csa" in table or ratio <= 4 else 0.0
+        return WorkModel(proj_shared=proj_shared, proj_per_head=proj_per_head, pair_flops_per_head=4.0 * d,
+                         kv_bytes_per_token=d * kv_b, act_bytes_per_token_per_head=2.0 * d * 2.0, cap=cap,
+                         compress=ratio if family == "dsv4" else 1.0, **common)
+    # unknown family: attention-shaped default
+    return WorkModel(pair_flops_per_head=512.0, kv_bytes_per_token=256.0 * kv_b, **common)

@@ -1,0 +1,79 @@
+"""``modperf query``: one query, --json, errors without tracebacks, and --batch JSON lines."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from modperf.cli import app
+
+runner = CliRunner()
+SLOT = ["mla_context_module", "--system", "gb300", "--backend", "vllm", "--version", "0.27.0"]
+KEY = ["--kernel-source", "FLASH_ATTN", "--mla-dtype", "bfloat16", "--kv-cache-dtype", "bfloat16",
+       "--gemm-type", "bfloat16", "--batch-size", "4", "--isl", "2048"]
+LINE = {"table": "mla_context_module", "system": "gb300", "backend": "vllm", "version": "0.27.0",
+        "kernel_source": "FLASH_ATTN", "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "gemm_type": "bfloat16",
+        "batch_size": 4, "isl": 2048}
+
+
+def test_query_json_prints_the_answer() -> None:
+    result = runner.invoke(app, ["query", *SLOT, "--model", "moonshotai/Kimi-K3", "--tp", "3", *KEY, "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert (answer["latency_ms"], answer["kind"], answer["native"], answer["local"]) == (0.7945, "exact", 96, 32)
+    assert answer["fields"]["batch_size"] == 4 and answer["fields"]["tp_size"] == 3
+
+
+def test_query_human_output_names_kind_and_buckets() -> None:
+    result = runner.invoke(app, ["query", *SLOT, "--native-heads", "64", "--num-heads", "8", *KEY, "--allow-substitute"])
+    assert result.exit_code == 0, result.output
+    assert "exact" in result.stdout and "native 96, local 8" in result.stdout
+    assert "answered from the nearest native bucket, 96" in " ".join(result.stdout.split())
+
+
+def test_errors_exit_with_their_code_and_no_traceback() -> None:
+    not_covered = runner.invoke(app, ["query", *SLOT, "--native-heads", "64", "--tp", "8", *KEY])
+    assert not_covered.exit_code == 1
+    assert "Traceback" not in not_covered.output
+    assert "error (not_covered)" in not_covered.stderr
+    unknown = runner.invoke(app, ["query", *SLOT, "--model", "deepseek-ai/DeepSeek-V3", "--tp", "8", *KEY,
+                                  "--seq-len", "9", "--json"])
+    assert unknown.exit_code == 2
+    err = json.loads(unknown.stdout)["error"]
+    assert err["type"] == "QueryFieldError"
+    assert err["message"].startswith("unknown field(s) 'seq_len' for table mla_context_module")
+    dangling = runner.invoke(app, ["query", *SLOT, "--model", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--isl"])
+    assert dangling.exit_code == 2 and "--isl needs a value" in dangling.stderr
+
+
+def test_batch_keeps_going_past_bad_lines(tmp_path) -> None:  # noqa: ANN001
+    lines = [
+        json.dumps({**LINE, "model": "moonshotai/Kimi-K3", "tp_size": 3}),
+        "this is not json",
+        json.dumps([1, 2]),
+        "",
+        json.dumps({**LINE, "native_heads": 64, "tp_size": 8}),
+        json.dumps({**LINE, "model": "deepseek-ai/DeepSeek-V3", "tp_size": 3}),
+        json.dumps({**LINE, "model": "deepseek-ai/DeepSeek-V3", "tp_size": 4}),
+    ]
+    path = tmp_path / "queries.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = runner.invoke(app, ["query", "--batch", str(path)])
+    assert result.exit_code == 1  # some lines failed; all were answered in order
+    out = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(out) == 6  # the blank line is not a query
+    assert out[0]["latency_ms"] == 0.7945 and out[0]["native"] == 96
+    assert [o["error"]["type"] for o in out[1:5]] == ["QueryFieldError", "QueryFieldError", "NotCoveredError",
+                                                      "ShardError"]
+    assert out[1]["error"]["message"].startswith("line 2 is not JSON")
+    assert out[2]["error"]["message"].startswith("line 3: a query is a JSON object, got list")
+    assert out[5]["latency_ms"] == 0.7654 and out[5]["native"] == 128
+
+
+def test_batch_from_stdin_with_slot_defaults() -> None:
+    line = {k: v for k, v in LINE.items() if k not in ("table", "system", "backend", "version")}
+    stdin = json.dumps({**line, "model": "deepseek-ai/DeepSeek-V3", "tp_size": 4}) + "\n"
+    result = runner.invoke(app, ["query", *SLOT, "--batch", "-"], input=stdin)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["latency_ms"] == 0.7654

@@ -1,0 +1,177 @@
+"""Queries against the real embedded corpus: values are checked against the parquet files read
+directly with pyarrow, errors by type and message."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import modperf
+from modperf import errors as E
+
+GB300 = dict(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0",
+             kernel_source="FLASH_ATTN", mla_dtype="bfloat16", kv_cache_dtype="bfloat16", gemm_type="bfloat16")
+GQA_GEN = dict(table="generation_attention", system="h200_sxm", backend="vllm", version="0.24.0",
+               kernel_source="vllm_flash_attn_fa3", attn_dtype="bfloat16", kv_cache_dtype="bfloat16",
+               num_key_value_heads=8, head_dim=128, window_size=0, beam_width=1)
+
+
+def stored(db: modperf.Database, slot: dict, **where) -> list[float]:  # noqa: ANN003
+    """Latencies of the rows matching ``where``, read straight from the table's file."""
+    path = db.ref(slot["system"], slot["backend"], slot["version"], slot["table"]).path
+    table = pq.read_table(path)
+    mask = None
+    for col, value in {**{k: v for k, v in slot.items() if k in table.column_names}, **where}.items():
+        m = pc.equal(table.column(col), value)
+        mask = m if mask is None else pc.and_(mask, m)
+    return table.filter(mask).column("latency").to_pylist()
+
+
+def test_gb300_answers_kimi_k3_and_deepseek_v3_from_their_own_buckets(db: modperf.Database) -> None:
+    # local 32 is Kimi-K3 (96) at tp 3 and DeepSeek-V3 (128) at tp 4: two different modules
+    kimi = db.query(**GB300, model="moonshotai/Kimi-K3", tp_size=3, batch_size=4, isl=2048)
+    dsv3 = db.query(**GB300, model="deepseek-ai/DeepSeek-V3", tp_size=4, batch_size=4, isl=2048)
+    assert (kimi.native, kimi.local, kimi.kind, kimi.models) == (96, 32, "exact", ("moonshotai/Kimi-K3",))
+    assert (dsv3.native, dsv3.local, dsv3.kind, dsv3.models) == (128, 32, "exact", ("deepseek-ai/DeepSeek-V3",))
+    assert [kimi.latency_ms] == stored(db, GB300, model="moonshotai/Kimi-K3", num_heads=32, batch_size=4, isl=2048)
+    assert [dsv3.latency_ms] == stored(db, GB300, model="deepseek-ai/DeepSeek-V3", num_heads=32, batch_size=4,
+                                       isl=2048)
+    assert kimi.latency_ms == 0.7945 and dsv3.latency_ms == 0.7654
+
+
+@settings(max_examples=40, deadline=None)
+@given(row=st.integers(0, 21859))
+def test_exact_hits_are_the_stored_values(db: modperf.Database, row: int) -> None:
+    path = db.ref("gb300", "vllm", "0.27.0", "mla_context_module").path
+    r = {k: v[0] for k, v in pq.read_table(path).slice(row, 1).to_pydict().items()}
+    key = {k: r[k] for k in ("op_name", "kernel_source", "mla_dtype", "kv_cache_dtype", "gemm_type", "batch_size",
+                             "isl", "step")}
+    answer = db.query(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0",
+                      model=r["model"], num_heads=r["num_heads"], **key)
+    assert answer.kind == "exact"
+    assert answer.latency_ms == r["latency"]
+
+
+def test_interpolation_equals_a_hand_blend_of_the_real_neighbours(db: modperf.Database) -> None:
+    # generation tables blend linearly in the cached length: step 1500 sits between 1023 and 2047
+    q = dict(GQA_GEN, num_heads=32, batch_size=16)
+    [v0] = stored(db, GQA_GEN, num_heads=32, batch_size=16, step=1023)
+    [v1] = stored(db, GQA_GEN, num_heads=32, batch_size=16, step=2047)
+    t = (1500 - 1023) / (2047 - 1023)
+    answer = db.query(**q, step=1500)
+    assert answer.kind == "interpolated"
+    assert answer.latency_ms == pytest.approx(v0 * (1 - t) + v1 * t, rel=1e-12)
+    # and across local heads: 80 between the measured 64 and 96, linear in heads
+    [h64] = stored(db, GQA_GEN, num_heads=64, batch_size=16, step=1023)
+    [h96] = stored(db, GQA_GEN, num_heads=96, batch_size=16, step=1023)
+    between = db.query(**dict(q, num_heads=80), step=1023)
+    assert between.locals_used == (64, 96)
+    assert between.latency_ms == pytest.approx(0.5 * (h64 + h96), rel=1e-12)
+
+
+def test_local_only_table_needs_no_model(db: modperf.Database) -> None:
+    answer = db.query(**GQA_GEN, num_heads=32, batch_size=16, step=1023)
+    assert answer.native is None and answer.kind == "exact"
+    via_model = db.query(**GQA_GEN, native_heads=64, tp_size=2, batch_size=16, step=1023)
+    assert via_model.latency_ms == answer.latency_ms and via_model.local == 32
+
+
+def test_extrapolation_is_labelled_and_limited(db: modperf.Database) -> None:
+    beyond = db.query(**GB300, model="deepseek-ai/DeepSeek-V3", num_heads=256, batch_size=4, isl=1024)
+    assert beyond.kind == "extrapolated" and beyond.locals_used == (128,)
+    assert beyond.extrapolation["outside_axes"] == ["num_heads"]
+    assert beyond.extrapolation["distance_octaves"] == pytest.approx(math.log2(257 / 129), abs=1e-6)
+    assert beyond.latency_ms > db.query(**GB300, model="deepseek-ai/DeepSeek-V3", num_heads=128, batch_size=4,
+                                        isl=1024).latency_ms
+    with pytest.raises(E.OutOfCoverageError, match=r"beyond the extrapolation limit"):
+        db.query(**GB300, model="deepseek-ai/DeepSeek-V3", num_heads=512, batch_size=4, isl=1024)
+
+
+def test_missing_native_is_refused_naming_the_natives_present(db: modperf.Database) -> None:
+    with pytest.raises(E.NotCoveredError) as info:
+        db.query(**GB300, native_heads=64, tp_size=8, batch_size=4, isl=1024)
+    assert info.value.values["natives_present"] == [96, 128]
+    assert "has no native-64 bucket for this key; it holds native head counts 96, 128" in str(info.value)
+    assert "allow_substitute=True (--allow-substitute) to answer from the nearest (96)" in str(info.value)
+
+
+def test_substitution_takes_the_nearest_native_and_says_so(db: modperf.Database) -> None:
+    answer = db.query(**GB300, native_heads=64, tp_size=8, batch_size=4, isl=1024, allow_substitute=True)
+    assert (answer.requested_native, answer.native, answer.local) == (64, 96, 8)
+    assert answer.substitution == ("native 64 is not measured in this table; answered from the nearest native "
+                                   "bucket, 96 (allow_substitute)")
+    assert [answer.latency_ms] == stored(db, GB300, model="moonshotai/Kimi-K3", num_heads=8, batch_size=4, isl=1024)
+
+
+def test_tp_that_does_not_divide_native_is_an_error(db: modperf.Database) -> None:
+    with pytest.raises(E.ShardError, match=r"tp_size=3 does not divide the native head count 128"):
+        db.query(**GB300, model="deepseek-ai/DeepSeek-V3", tp_size=3, batch_size=4, isl=1024)
+
+
+def test_unknown_and_missing_fields_list_the_key_columns(db: modperf.Database) -> None:
+    keys = ("mla_context_module keys: op_name, kernel_source, mla_dtype, kv_cache_dtype, gemm_type, batch_size, "
+            "isl, step; heads: model or native_heads, and tp_size or num_heads")
+    with pytest.raises(E.QueryFieldError) as info:
+        db.query(**GB300, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=1024, seq_len=3)
+    assert str(info.value).startswith("unknown field(s) 'seq_len' for table mla_context_module")
+    assert info.value.fix == keys
+    q = {k: v for k, v in GB300.items() if k != "mla_dtype"}
+    with pytest.raises(E.QueryFieldError) as info:
+        db.query(**q, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=1024)
+    assert str(info.value).startswith("missing field 'mla_dtype' (the table holds 2 values: bfloat16, fp8)")
+    assert info.value.fix == keys
+    with pytest.raises(E.QueryFieldError, match=r"missing the shard: give tp_size"):
+        db.query(**GB300, model="deepseek-ai/DeepSeek-V3", batch_size=4, isl=1024)
+    with pytest.raises(E.QueryFieldError, match=r"keys \[native\]\[local\].*give model or native_heads"):
+        db.query(**GB300, num_heads=16, batch_size=4, isl=1024)
+
+
+def test_unknown_model_says_how_to_add_it(db: modperf.Database) -> None:
+    with pytest.raises(E.UnknownModelError, match=r"no HF config for model 'acme/Nope'"):
+        db.query(**GB300, model="acme/Nope", tp_size=8, batch_size=4, isl=1024)
+
+
+def test_reused_slot_answers_from_its_donor(db: modperf.Database) -> None:
+    q = dict(GQA_GEN, system="b200_sxm", version="0.22.0", kernel_source="vllm_flashinfer_trtllmdecode")
+    answer = db.query(**q, num_heads=32, batch_size=16, step=1023)
+    assert answer.reused_from == "0.24.0" and answer.version == "0.22.0"
+    assert answer.files[0].endswith("b200_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet")
+    assert [answer.latency_ms] == stored(db, dict(q, version="0.24.0"), num_heads=32, batch_size=16, step=1023)
+
+
+def test_vectorised_matches_single_queries(db: modperf.Database) -> None:
+    rng = np.random.default_rng(7)
+    batch = rng.integers(1, 128, 300)
+    isl = rng.integers(16, 8192, 300)
+    lat, kinds = db.query_many(**GB300, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=batch, isl=isl)
+    for b, s, got, kind in zip(batch, isl, lat, kinds):
+        try:
+            one = db.query(**GB300, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=int(b), isl=int(s))
+        except E.OutOfCoverageError:
+            assert kind == -1 and math.isnan(got)
+            continue
+        assert kind == {"exact": 0, "interpolated": 1, "extrapolated": 2}[one.kind]
+        assert got == pytest.approx(one.latency_ms, rel=1e-9)
+    assert set(kinds.tolist()) == {-1, 1, 2} and (kinds == 1).sum() > 50
+
+
+def test_monotone_where_the_data_is_monotone(db: modperf.Database) -> None:
+    # past 1k cached tokens decode latency of this bucket grows with the cached length at every
+    # batch (below, launch noise makes it wobble): there the answers must grow too
+    for batch in (1, 16, 128):
+        path = db.ref("h200_sxm", "vllm", "0.24.0", "generation_attention").path
+        rows = pq.read_table(path).to_pydict()
+        line = sorted((s, lat) for i, (s, lat) in enumerate(zip(rows["step"], rows["latency"]))
+                      if all(rows[k][i] == v for k, v in GQA_GEN.items() if k in rows)
+                      and rows["num_heads"][i] == 32 and rows["batch_size"][i] == batch and s >= 1023)
+        measured = [lat for _, lat in line]
+        assert measured == sorted(measured), f"batch {batch}: the data itself is not monotone here"
+        steps = np.arange(1023, line[-1][0] + 1, 37)
+        lat, kinds = db.query_many(**GQA_GEN, num_heads=32, batch_size=batch, step=steps)
+        assert (kinds >= 0).all() and (np.diff(lat) >= 0).all()

@@ -121,11 +121,18 @@ def test_unknown_and_missing_fields_list_the_key_columns(db: modperf.Database) -
         db.query(**GB300, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=1024, seq_len=3)
     assert str(info.value).startswith("unknown field(s) 'seq_len' for table mla_context_module")
     assert info.value.fix == keys
-    q = {k: v for k, v in GB300.items() if k != "mla_dtype"}
+    q = {k: v for k, v in GB300.items() if k != "kernel_source"}
     with pytest.raises(E.QueryFieldError) as info:
         db.query(**q, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=1024)
-    assert str(info.value).startswith("missing field 'mla_dtype' (the table holds 2 values: bfloat16, fp8)")
+    assert str(info.value).startswith(
+        "missing field 'kernel_source' (the table holds 2 values for the fields given: FLASHINFER_MLA, FLASH_ATTN)")
     assert info.value.fix == keys
+    # a key the other fields pin down may be left out: FLASH_ATTN rows here are bfloat16 only
+    q = {k: v for k, v in GB300.items() if k != "mla_dtype"}
+    answer = db.query(**q, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=1024)
+    assert answer.fields["mla_dtype"] == "bfloat16"
+    assert answer.latency_ms == db.query(**GB300, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4,
+                                         isl=1024).latency_ms
     with pytest.raises(E.QueryFieldError, match=r"missing the shard: give tp_size"):
         db.query(**GB300, model="deepseek-ai/DeepSeek-V3", batch_size=4, isl=1024)
     with pytest.raises(E.QueryFieldError, match=r"keys \[native\]\[local\].*give model or native_heads"):
@@ -175,3 +182,18 @@ def test_monotone_where_the_data_is_monotone(db: modperf.Database) -> None:
         steps = np.arange(1023, line[-1][0] + 1, 37)
         lat, kinds = db.query_many(**GQA_GEN, num_heads=32, batch_size=batch, step=steps)
         assert (kinds >= 0).all() and (np.diff(lat) >= 0).all()
+
+
+def test_gemm_tables_answer_without_a_head_axis(db: modperf.Database) -> None:
+    import pyarrow.parquet as pq
+
+    slot = dict(table="gemm", system="h200_sxm", backend="vllm", version="0.24.0")
+    raw = pq.read_table(db.ref("h200_sxm", "vllm", "0.24.0", "gemm").path).to_pydict()
+    row = next(i for i in range(len(raw["m"])) if (raw["m"][i], raw["n"][i], raw["k"][i], raw["gemm_dtype"][i])
+               == (1024, 4096, 7168, "bfloat16"))
+    exact = db.query(**slot, gemm_dtype="bfloat16", m=1024, n=4096, k=7168)
+    assert exact.kind == "exact" and exact.latency_ms == raw["latency"][row]
+    assert exact.fields["kernel_source"] == "torch.nn.functional.linear" and "num_heads" not in exact.fields
+    between = db.query(**slot, gemm_dtype="bfloat16", m=1000, n=4096, k=7168)
+    below = db.query(**slot, gemm_dtype="bfloat16", m=768, n=4096, k=7168)
+    assert between.kind == "interpolated" and below.latency_ms < between.latency_ms < exact.latency_ms

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import errors as E
 from .buckets import NATIVE, KeyedTable
+from .families import registry
 from .families.base import HEADS, TP, Tier
 from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, LIN, REFUSED, SQRT, AxisScale, Grid
 from .roofline import gpu_spec, work_model
@@ -115,8 +116,7 @@ class TableIndex:
     @classmethod
     def build(cls, keyed: KeyedTable) -> "TableIndex":
         names = keyed.key_names
-        heads_is_axis = keyed.family.tier is not Tier.NATIVE
-        group_cols = [i for i, n in enumerate(names) if not (heads_is_axis and n == HEADS)]
+        group_cols = [i for i, n in enumerate(names) if not (heads_is_axis(keyed) and n == HEADS)]
         groups: dict[tuple[Any, ...], list[int]] = {}
         for b, key in enumerate(keyed.bucket_keys):
             groups.setdefault(tuple(key[i] for i in group_cols), []).append(b)
@@ -134,6 +134,12 @@ class TableIndex:
                 grid = build_grid(self, group, system)
                 self.grids[group] = grid
         return grid
+
+
+def heads_is_axis(keyed: KeyedTable) -> bool:
+    """Local heads are a grid axis, except in native-keyed tables (num_heads is the native
+    there, a group key) and in tables without a head axis (GEMMs)."""
+    return keyed.family.tier is not Tier.NATIVE and keyed.spec.head_axis
 
 
 def _sort_key(v: Any) -> tuple[int, Any]:
@@ -159,7 +165,7 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
     keyed = index.keyed
     spec = keyed.spec
     buckets = index.groups[group]
-    heads_axis = keyed.family.tier is not Tier.NATIVE
+    heads_axis = heads_is_axis(keyed)
     axes = ((HEADS,) if heads_axis else ()) + tuple(spec.axes)
     rows = np.concatenate([np.arange(keyed.offsets[b], keyed.offsets[b + 1]) for b in buckets])
     if drop_point is not None:
@@ -180,6 +186,9 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
     pos = {a: i for i, a in enumerate(axes)}
     fixed_heads = float(native_heads) / max(int(key[TP]), 1) if native_heads is not None and TP in key else \
         float(native_heads or 1)
+    if not spec.head_axis:
+        return Grid(axes, points, latency, axis_scales(keyed), work.shape_seconds, curved_axis=None,
+                    limit=EXTRAPOLATION_LIMIT)
     if "num_tokens" in pos:
         pick = (pos["num_tokens"], None, None, pos.get(HEADS))
         constant = (1.0, 1.0, 0.0, fixed_heads)
@@ -208,7 +217,9 @@ def key_columns(keyed: KeyedTable) -> list[str]:
 
 def _field_help(keyed: KeyedTable) -> str:
     tier = keyed.family.tier
-    if tier is Tier.LOCAL:
+    if not keyed.spec.head_axis:
+        heads = "none (this table has no head axis)"
+    elif tier is Tier.LOCAL:
         heads = "num_heads (or model/native_heads with tp_size)"
     else:
         heads = "model or native_heads, and tp_size or num_heads"
@@ -429,7 +440,7 @@ class QueryEngine:
             raise E.QueryFieldError(
                 f"{table} keys [native][local] ({family.title}): give model or native_heads",
                 values={"table": table}, fix=_field_help(keyed))
-        if local is None and not (vector_fields and HEADS in vector_fields):
+        if local is None and not (vector_fields and HEADS in vector_fields) and spec.head_axis:
             raise E.QueryFieldError(
                 "missing the shard: give tp_size (local = native / tp) or num_heads (rank-local)",
                 values={"table": table}, fix=_field_help(keyed))
@@ -441,29 +452,37 @@ class QueryEngine:
         # -- the other key columns ---------------------------------------------------------
         resolved: dict[str, Any] = {}
         categorical = set(spec.categorical)
+        missing: list[str] = []
         for name in index.group_names:
             if name == NATIVE or (name == HEADS and tier is Tier.NATIVE):
                 continue
             if name == TP:
                 resolved[name] = tp_v
-                continue
-            if name == "local_num_heads":
+            elif name == "local_num_heads":
                 resolved[name] = local
-                continue
-            present = index.values.get(name, [])
-            if name in fields:
-                value = str(fields[name]) if name in categorical else _as_int(name, fields[name], keyed)
-            elif len(present) == 1:
-                value = present[0]
+            elif name in fields:
+                resolved[name] = str(fields[name]) if name in categorical else _as_int(name, fields[name], keyed)
             else:
-                raise E.QueryFieldError(
-                    f"missing field {name!r} (the table holds {len(present)} values: "
-                    f"{', '.join(map(str, present[:8]))}{' ...' if len(present) > 8 else ''})",
-                    values={"field": name, "table": table}, fix=_field_help(keyed))
-            resolved[name] = value
+                missing.append(name)
+        if missing:
+            # A key column may be left out when the fields given leave the table one value for
+            # it (a table measuring one dtype; one kernel per dtype): that is the only answer
+            # the table can give, and the answer echoes it.
+            positions = {n: i for i, n in enumerate(index.group_names)}
+            matching = [g for g in index.groups
+                        if all(g[positions[n]] == v for n, v in resolved.items() if n in positions)]
+            for name in missing:
+                options = sorted({g[positions[name]] for g in matching}, key=_sort_key)
+                if len(options) != 1:
+                    present = options or index.values.get(name, [])
+                    raise E.QueryFieldError(
+                        f"missing field {name!r} (the table holds {len(present)} values for the fields given: "
+                        f"{', '.join(map(str, present[:8]))}{' ...' if len(present) > 8 else ''})",
+                        values={"field": name, "table": table}, fix=_field_help(keyed))
+                resolved[name] = options[0]
         fixed: dict[str, int] = {}
         axis_fields = []
-        if tier is not Tier.NATIVE:
+        if heads_is_axis(keyed):
             axis_fields.append(HEADS)
         for a in spec.axes:
             axis_fields.append(a)
@@ -533,7 +552,8 @@ class QueryEngine:
             resolved_fields["native_heads"] = native_q
         if tp_v is not None:
             resolved_fields["tp_size"] = tp_v
-        resolved_fields["num_heads"] = local
+        if spec.head_axis:
+            resolved_fields["num_heads"] = local
         resolved_fields.update({k: v for k, v in resolved.items() if k not in resolved_fields})
         template = Answer(
             math.nan, "", table, system, backend, version, used_native if keys_native else None,
@@ -566,7 +586,9 @@ class QueryEngine:
                 f"{', '.join(differs(ranked[0])) if ranked else '-'}")
 
 
-_AXIS_NAMES = frozenset({"batch_size", "isl", "step", "num_tokens"})
+#: Every interpolation axis any family declares: the numeric part of a query, left out of the
+#: plan cache key so that a sweep over shapes reuses one resolved plan.
+_AXIS_NAMES = frozenset(a for fam in registry().values() for spec in fam.tables for a in spec.axes)
 
 
 def _slot_of(t: Answer) -> tuple[str, str, str, str]:

@@ -114,6 +114,16 @@ class WorkModel:
     mem_bw: float = 1.0
     #: mla_bmm: a token-only kernel (num_tokens axis), flops per token per head.
     token_flops_per_head: float = 0.0
+    #: Bytes per element of a GEMM's operands (the gemm family: axes m, n, k).
+    operand_bytes: float = 2.0
+
+    def shape_seconds(self, values):  # noqa: ANN001,ANN201  ((m, n, k) floats or arrays)
+        """Roofline of a GEMM: 2mnk flops against reading A (m x k), B (k x n) and writing C."""
+        m, n, k = values
+        upper = np.maximum if any(isinstance(v, np.ndarray) for v in (m, n, k)) else max
+        flops = 2.0 * m * n * k
+        bytes_ = (m * k + k * n) * self.operand_bytes + m * n * 2.0
+        return upper(flops / self.proj_peak, bytes_ / self.mem_bw)
 
     def seconds(self, batch: np.ndarray | float, isl: np.ndarray | float, step: np.ndarray | float,
                 heads: np.ndarray | float) -> np.ndarray | float:
@@ -173,6 +183,9 @@ def work_model(family: str, table: str, phase: str, key: dict[str, Any], geometr
     nope, rope, v = g("qk_nope_head_dim", 128), g("qk_rope_head_dim", 64), g("v_head_dim", 128)
     window = float(key.get("window_size") or 0)
 
+    if family == "gemm":
+        dtype = key.get("gemm_dtype")
+        return WorkModel(operand_bytes=_bytes_of(dtype), **{**common, "proj_peak": gpu.peak(dtype)})
     if family == "gqa":
         d, kvh = float(key.get("head_dim") or 128), float(key.get("num_key_value_heads") or 8)
         beam = float(key.get("beam_width") or 1)

@@ -24,16 +24,52 @@ def unique_codes(codes: np.ndarray, bound: int | None = None) -> np.ndarray:
     return np.unique(codes)
 
 
+def to_numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Arrow numbers -> numpy, zero-copy where possible.
+
+    pyarrow's own ``to_numpy`` and ``pa.array`` probe for pandas on first use, which imports
+    it (pandas arrives with the data wheel's dependencies) and costs a third of a second on
+    every cold command; reading the data buffer directly does not.
+    """
+    if isinstance(array, pa.ChunkedArray):
+        parts = [to_numpy(c) for c in array.chunks]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=_numpy_dtype(array.type))
+    t = array.type
+    if array.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+        return array.to_numpy(zero_copy_only=False)
+    if pa.types.is_boolean(t):  # bit-packed
+        bits = np.unpackbits(np.frombuffer(array.buffers()[1], dtype=np.uint8), bitorder="little")
+        return bits[array.offset: array.offset + len(array)].astype(bool)
+    dtype = _numpy_dtype(t)
+    buffer = array.buffers()[1]
+    if buffer is None or not len(array):
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(buffer, dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+
+
+def _numpy_dtype(t: pa.DataType) -> np.dtype:
+    kind = "f" if pa.types.is_floating(t) else "u" if pa.types.is_unsigned_integer(t) else "i"
+    return np.dtype(f"{kind}{t.bit_width // 8}")
+
+
+def from_numpy(values: np.ndarray) -> pa.Array:
+    """numpy numbers -> Arrow, zero-copy (see :func:`to_numpy` for why not ``pa.array``)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), values.size, [None, pa.py_buffer(values)])
+
+
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted unique values, code of each value), by hashing (O(n)) rather than sorting."""
     if not values.size:
         return values, values.astype(np.int64)
-    encoded = pc.dictionary_encode(pa.array(values))
-    uniq = encoded.dictionary.to_numpy(zero_copy_only=False)
+    encoded = pc.dictionary_encode(from_numpy(values))
+    uniq = to_numpy(encoded.dictionary)
     perm = np.argsort(uniq, kind="stable")
     rank = np.empty(perm.size, dtype=np.int64)
     rank[perm] = np.arange(perm.size)
-    return uniq[perm], rank[encoded.indices.to_numpy(zero_copy_only=False)]
+    return uniq[perm], rank[to_numpy(encoded.indices)]
 
 
 def combine(codes: list[np.ndarray], cards: list[int], n: int) -> np.ndarray:

@@ -73,7 +73,8 @@ class Database:
         """Every head-bearing slot matching the filters (reuse-resolved), loaded."""
         for ref in self.catalog.select(system=system, backend=backend, version=version, table=table,
                                        physical=False):
-            if family_of(ref.table) is not None:
+            family = family_of(ref.table)
+            if family is not None and family.head_bearing:
                 yield self.load(ref)
 
     # -- queries (semantics in modperf.query and docs/queries.md) ----------------------------

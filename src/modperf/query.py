@@ -471,6 +471,14 @@ class QueryEngine:
             positions = {n: i for i, n in enumerate(index.group_names)}
             matching = [g for g in index.groups
                         if all(g[positions[n]] == v for n, v in resolved.items() if n in positions)]
+            if not matching:
+                given = {n: v for n, v in resolved.items() if n in positions}
+                near = sorted(index.groups, key=lambda g: (sum(g[positions[n]] != v for n, v in given.items()),
+                                                           tuple(map(str, g))))[:3]
+                raise E.NotCoveredError(
+                    f"{table} ({keyed.ref.label}) holds no bucket with {given}",
+                    values={"nearest_covered_keys": [dict(zip(index.group_names, g)) for g in near]},
+                    fix="use the values of a covered key (nearest listed)")
             for name in missing:
                 options = sorted({g[positions[name]] for g in matching}, key=_sort_key)
                 if len(options) != 1:

@@ -18,7 +18,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from . import errors as E
-from .codes import factorize, unique_codes
+from .codes import factorize, to_numpy, unique_codes
 from .catalog import TableRef
 from .families.base import (
     ARCHITECTURE,
@@ -50,10 +50,13 @@ def read_arrow(path: Path, columns: Iterable[str] | None = None) -> pa.Table:
     try:
         if path.name.endswith(".txt") or path.name.endswith(".csv"):
             return pacsv.read_csv(path)
+        # ParquetFile, not pq.read_table: the latter imports pyarrow.dataset, and with it pandas
+        # (a third of a second on every cold command).
         schema = pq.read_schema(path)
         wanted = [c for c in schema.names if columns is None or c in columns]
         strings = [f.name for f in schema if f.name in wanted and _is_string(f.type)]
-        return pq.read_table(path, columns=wanted, read_dictionary=strings)
+        with pq.ParquetFile(path, read_dictionary=strings) as handle:
+            return handle.read(columns=wanted)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise E.UnreadableTableError(
             f"cannot read table: {exc}",
@@ -106,11 +109,11 @@ def _encode(column: pa.ChunkedArray) -> Categorical:
         column = column.dictionary_encode()
     if column.num_chunks == 1:
         chunk = column.chunk(0)
-        return Categorical(chunk.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False),
+        return Categorical(to_numpy(chunk.indices).astype(np.int32, copy=False),
                            [str(v) for v in chunk.dictionary.to_pylist()])
     # chunks may carry different dictionaries: unify them, then concatenate the indices
     unified = pa.Table.from_arrays([column], names=["c"]).unify_dictionaries().column("c")
-    codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in unified.chunks]) \
+    codes = np.concatenate([to_numpy(c.indices) for c in unified.chunks]) \
         if unified.num_chunks else np.zeros(0, dtype=np.int32)
     values = unified.chunk(0).dictionary.to_pylist() if unified.num_chunks else []
     return Categorical(codes.astype(np.int32, copy=False), [str(v) for v in values])
@@ -200,7 +203,7 @@ def validate_table(
                     values={"column": col}, fix=f"store {col!r} as a string column")
             continue
         if column.null_count:
-            bad = _rows(np.asarray(column.is_null().to_numpy(zero_copy_only=False)))
+            bad = _rows(np.asarray(to_numpy(column.is_null())))
             out.add(E.NullValueError, f"null {col!r}", rows=bad, values={"column": col},
                     fix=f"fill {col!r} on these rows from the collection log, or drop the rows")
             continue
@@ -209,14 +212,14 @@ def validate_table(
         column = table.column(col)
         t = column.type
         if column.null_count:
-            bad = _rows(np.asarray(column.is_null().to_numpy(zero_copy_only=False)))
+            bad = _rows(np.asarray(to_numpy(column.is_null())))
             out.add(E.NullValueError, f"null {col!r}", rows=bad, values={"column": col},
                     fix=f"fill {col!r} on these rows from the collection log, or drop the rows")
             continue
         if pa.types.is_integer(t):
-            integers[col] = column.to_numpy().astype(np.int64, copy=False)
+            integers[col] = to_numpy(column).astype(np.int64, copy=False)
         elif pa.types.is_floating(t):
-            values = column.to_numpy()
+            values = to_numpy(column)
             frac = ~np.isfinite(values) | (values != np.round(values))
             if frac.any():
                 cls = E.NonIntegerHeadsError if col in HEAD_COLUMNS else E.ColumnTypeError
@@ -238,11 +241,11 @@ def validate_table(
             out.add(E.ColumnTypeError, f"column 'latency' is {_stored(column.type)}, expected float (ms)",
                     values={"column": LATENCY}, fix="store latency in milliseconds as float64")
         elif column.null_count:
-            bad = _rows(np.asarray(column.is_null().to_numpy(zero_copy_only=False)))
+            bad = _rows(np.asarray(to_numpy(column.is_null())))
             out.add(E.NullValueError, "null latency", rows=bad, values={"column": LATENCY},
                     fix="re-measure these rows or drop them")
         else:
-            latency = column.to_numpy().astype(np.float64, copy=False)
+            latency = to_numpy(column).astype(np.float64, copy=False)
     # Type and null failures leave columns that cannot be read as numbers: stop here (every
     # such failure is already collected). An unexpected column alone does not stop the checks.
     if any(isinstance(f, (E.ColumnTypeError, E.NonIntegerHeadsError, E.NullValueError)) for f in out.failures):

@@ -14,6 +14,7 @@ app = typer.Typer(
 
 # Each module registers its commands on ``app``.
 from . import check_cmd, ls_cmd  # noqa: E402,F401
+from . import coverage_cmd, dedupe_cmd  # noqa: E402,F401  (audit commands, issue 5)
 
 
 def main() -> None:

@@ -83,8 +83,7 @@ def _plot_detail(rows: list, path: str | Path, tps: list[int]) -> Path:
     ax.set_facecolor("white")
     finite = values[np.isfinite(values)]
     norm = LogNorm(vmin=max(finite.min(), 1), vmax=max(finite.max(), 2)) if finite.size else None
-    cmap = plt.get_cmap("Blues").copy()
-    cmap.set_bad("white")
+    cmap = plt.get_cmap("Blues").with_extremes(bad="white")
     img = ax.imshow(np.where(kinds == 3, values, np.nan), aspect="auto", cmap=cmap, norm=norm,
                     interpolation="nearest")
     for i in range(len(rows)):
@@ -138,8 +137,7 @@ def _plot_overview(report: CoverageReport, path: str | Path, tps: list[int]) -> 
                 share[ri[(s.ref.system, s.ref.backend, s.ref.version)], ci[(s.ref.table, nc.native)]] = \
                     sum(c.answerable for c in cells) / len(cells)
     fig, ax = plt.subplots(figsize=(3 + 0.32 * len(cols), 1.5 + 0.24 * len(slot_keys)))
-    cmap = plt.get_cmap("RdYlGn").copy()
-    cmap.set_bad("#f2f2f2")
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#f2f2f2")
     img = ax.imshow(np.ma.masked_invalid(share), aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
     ax.set_yticks(range(len(slot_keys)), [" ".join(str(x) for x in k) for k in slot_keys], fontsize=7)
     ax.set_xticks(range(len(cols)), [f"{t}  N={n}" for t, n in cols], rotation=70, ha="right", fontsize=7)

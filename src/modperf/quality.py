@@ -310,7 +310,8 @@ def assess_tables(tables: Sequence[KeyedTable], thresholds: Thresholds = Thresho
         if len(members) >= 2:
             _cross_file([tables[i] for i in members], [results[i] for i in members], thresholds, examples)
     for out in results:
-        out.findings.sort(key=lambda f: (KINDS.index(f.kind), -f.ratio))
+        # worst first; cross-file findings that several files contradict before two-file disagreements
+        out.findings.sort(key=lambda f: (KINDS.index(f.kind), not f.detail.get("corroborated", False), -f.ratio))
     return results
 
 

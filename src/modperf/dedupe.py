@@ -478,22 +478,32 @@ def deduplicated_table(audit: FileDedupe, arrow: pa.Table, schema: pa.Schema) ->
 
 def _same_answers(before: KeyedTable, after: KeyedTable) -> dict[str, Any] | None:
     """None when two keyed tables hold the same buckets, points and latencies bit for bit;
-    otherwise what differs first."""
+    otherwise what differs first. Bucket order is not compared: it follows the order in which
+    categorical values first appear in the file, which dropping rows can change."""
     if before.key_names != after.key_names:
         return {"what": "key columns", "before": list(before.key_names), "after": list(after.key_names)}
-    if before.bucket_keys != after.bucket_keys:
-        return {"what": "buckets", "before": before.n_buckets, "after": after.n_buckets}
-    if not np.array_equal(before.offsets, after.offsets):
-        return {"what": "points per bucket", "before": before.n_points, "after": after.n_points}
-    for axis, values in before.axes.items():
-        if not np.array_equal(values, after.axes[axis]):
-            return {"what": f"axis {axis}"}
-    if not np.array_equal(before.latency, after.latency):
-        i = int(np.flatnonzero(before.latency != after.latency)[0])
-        b = int(np.searchsorted(before.offsets, i, side="right") - 1)
-        return {"what": "latency", "bucket": dict(zip(before.key_names, before.bucket_keys[b])),
-                "point": {a: int(v[i]) for a, v in before.axes.items()},
-                "before": float(before.latency[i]), "after": float(after.latency[i])}
+    if set(before.bucket_keys) != set(after.bucket_keys):
+        missing = sorted(set(before.bucket_keys) - set(after.bucket_keys), key=str)[:3]
+        extra = sorted(set(after.bucket_keys) - set(before.bucket_keys), key=str)[:3]
+        return {"what": "buckets", "missing": [dict(zip(before.key_names, k)) for k in missing],
+                "extra": [dict(zip(after.key_names, k)) for k in extra]}
+    for b, key in enumerate(before.bucket_keys):
+        a = after.bucket_id(key)
+        assert a is not None
+        lo, hi = int(before.offsets[b]), int(before.offsets[b + 1])
+        alo, ahi = int(after.offsets[a]), int(after.offsets[a + 1])
+        bucket = dict(zip(before.key_names, key))
+        if hi - lo != ahi - alo:
+            return {"what": "points", "bucket": bucket, "before": hi - lo, "after": ahi - alo}
+        for axis, values in before.axes.items():
+            if not np.array_equal(values[lo:hi], after.axes[axis][alo:ahi]):
+                return {"what": f"axis {axis}", "bucket": bucket}
+        lat_b, lat_a = before.latency[lo:hi], after.latency[alo:ahi]
+        if not np.array_equal(lat_b, lat_a):
+            i = int(np.flatnonzero(lat_b != lat_a)[0])
+            return {"what": "latency", "bucket": bucket,
+                    "point": {ax: int(v[lo + i]) for ax, v in before.axes.items()},
+                    "before": float(lat_b[i]), "after": float(lat_a[i])}
     return None
 
 
@@ -528,11 +538,13 @@ def write_table(loaded: Loaded, audit: FileDedupe, dest: Path, registry: ModelRe
                     values={"source": str(loaded.ref.path), "duplicate_rows": recheck.duplicate_rows}, fix=fix))
             diff = _same_answers(loaded.keyed, again.keyed)
             if diff is not None:
+                local_merge = diff["what"] == "latency" and loaded.keyed.family.tier.value == "local"
                 failures.append(E.DedupeVerifyError(
                     "de-duplicated table would answer differently from its source", file=dest,
                     values={"source": str(loaded.ref.path), **diff},
-                    fix="a local-only table whose natives share a local key and also repeat rows cannot keep "
-                        "both the per-native rows and the loader's answer; leave this file as it is"))
+                    fix=("natives of this local-only table share a local key and one of them repeats it: one row "
+                         "per native cannot reproduce the loader's lower median over all of them; keep the source "
+                         "file as it is") if local_merge else fix))
         if failures:
             tmp.unlink(missing_ok=True)
             return WriteResult(str(dest), table.num_rows, False, failures)

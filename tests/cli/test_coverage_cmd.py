@@ -51,6 +51,7 @@ def test_model_and_diff() -> None:
     ["--json", "--csv"],
     ["--model", "deepseek-ai/DeepSeek-V3", "--tp", "0"],
     ["--diff", "0.24.0", "0.0.0"],
+    ["--diff", "0.24.0", "0.27.0", "--version", "0.24.0"],
     ["--table", "gemm"],
 ])
 def test_usage_errors_exit_2(args: list[str]) -> None:

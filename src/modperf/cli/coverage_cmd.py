@@ -149,6 +149,9 @@ def coverage_command(
     if diff and model:
         raise E.OptionValueError("--diff and --model answer different questions; pass one",
                                  fix="run `modperf coverage --diff V1 V2` and `modperf coverage --model ID` separately")
+    if diff and version:
+        raise E.OptionValueError("--diff names both versions; --version would filter one of them away",
+                                 fix="drop --version")
     if json_out and csv_out:
         raise E.OptionValueError("--json and --csv both print to stdout; pass one", fix="drop --json or --csv")
     if (diff or model) and paths:

@@ -90,6 +90,9 @@ def test_tolerance_is_an_option(fixtures: Path) -> None:
     assert [f.alias_groups[0].spread.over_tolerance for f in loose.files] == [85, 33, 0]
     with pytest.raises(E.OptionValueError):
         dedupe([str(fixtures / ALIAS)], tolerance=-0.1)
+    # listed identities: the widest 10 by default, every one with examples=0
+    assert [len(f.over_tolerance) for f in dedupe([str(fixtures / ALIAS)]).files] == [10, 10, 0]
+    assert [len(f.over_tolerance) for f in dedupe([str(fixtures / ALIAS)], examples=0).files] == [155, 60, 0]
 
 
 def test_prefer_overrides_the_canonical_rule(fixtures: Path) -> None:

@@ -51,7 +51,8 @@ from .validate import ValidatedTable
 #: identity is listed. Alias measurements of the fixtures' vllm 0.22.0 grids differ by a
 #: median of 0.3-0.5% and a p95 of 1.5-6%; 10% is well beyond run-to-run noise there.
 DEFAULT_TOLERANCE = 0.10
-#: How many over-tolerance identities a file report lists (the counts are always complete).
+#: How many over-tolerance identities a file report lists, widest first (0: all of them; the
+#: counts are always complete).
 DEFAULT_EXAMPLES = 10
 
 
@@ -316,8 +317,9 @@ def audit_table(loaded: Loaded, *, tolerance: float = DEFAULT_TOLERANCE, prefer:
     with np.errstate(divide="ignore", invalid="ignore"):
         repeat_rel = np.where(pair_high > 0, pair_high / pair_low - 1.0, 0.0)[repeated_pair]
     out.repeat_spread = Spread.of(repeat_rel, tolerance)
+    over = repeat_rel > tolerance
     flagged: list[tuple[float, str, int]] = [
-        (float(r), "repeat", int(p)) for r, p in zip(repeat_rel, np.flatnonzero(repeated_pair)) if r > tolerance
+        (float(r), "repeat", int(p)) for r, p in zip(repeat_rel[over], np.flatnonzero(repeated_pair)[over])
     ]
 
     # alias spread: per identity with 2+ names, max/min of the names' lower medians
@@ -362,10 +364,10 @@ def audit_table(loaded: Loaded, *, tolerance: float = DEFAULT_TOLERANCE, prefer:
 
     # the worst over-tolerance identities, with every measurement behind them
     flagged.sort(key=lambda f: -f[0])
-    if flagged and examples:
+    if flagged:
         row_order = np.lexsort((latency, ident.code))
         row_starts = np.searchsorted(ident.code[row_order], np.arange(ident.n_ids))
-        for rel, kind, index in flagged[:examples]:
+        for rel, kind, index in flagged[:examples] if examples else flagged:
             i = index if kind == "alias" else int(pair_ident[index])
             rows_of = row_order[row_starts[i]:row_starts[i] + rows_per_ident[i]]
             measured: dict[str, list[float]] = {}
@@ -531,7 +533,7 @@ def write_table(loaded: Loaded, audit: FileDedupe, dest: Path, registry: ModelRe
                 values={"source": str(loaded.ref.path), "failures": [f.kind for f in again.failures],
                         "first": str(again.failures[0]) if again.failures else None}, fix=fix))
         else:
-            recheck = audit_table(again, tolerance=tolerance, examples=0)
+            recheck = audit_table(again, tolerance=tolerance)
             if recheck.duplicate_rows:
                 failures.append(E.DedupeVerifyError(
                     "de-duplicated table still holds duplicate identities", file=dest,

@@ -88,7 +88,7 @@ def dedupe_command(
                                              "identity is listed.")] = DEFAULT_TOLERANCE,
     prefer: Annotated[list[str] | None, typer.Option("--prefer", metavar="MODEL", help="Canonical name to use when it "
                                                      "is in an alias group (repeatable, first wins).")] = None,
-    examples: Annotated[int, typer.Option("--examples", help="Over-tolerance identities listed per table.")] = DEFAULT_EXAMPLES,
+    examples: Annotated[int, typer.Option("--examples", help="Over-tolerance identities listed per table, widest first (0 = all).")] = DEFAULT_EXAMPLES,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,

@@ -86,8 +86,10 @@ class Finding:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        # a fall to a 0 ms point (allowed where a kernel is a no-op) has no finite ratio: null in JSON
+        ratio = self.ratio if math.isfinite(self.ratio) else None
         return {"kind": self.kind, "axis": self.axis, "bucket": self.bucket, "point": self.point,
-                "latency": self.latency, "reference": self.reference, "ratio": self.ratio, **self.detail}
+                "latency": self.latency, "reference": self.reference, "ratio": ratio, **self.detail}
 
 
 @dataclass
@@ -173,7 +175,8 @@ def _series_checks(kt: KeyedTable, th: Thresholds, examples: int, out: FileQuali
         with np.errstate(divide="ignore", invalid="ignore"):
             fall = same & (prev > nxt * (1 + th.monotone_tolerance)) & (prev - nxt > th.min_delta_ms) & ~spike[:-1]
         for j in np.flatnonzero(spike):
-            ratio = lat[j] / max(lat[j - 1], lat[j + 1])
+            neighbour = max(lat[j - 1], lat[j + 1])
+            ratio = lat[j] / neighbour if neighbour > 0 else math.inf
             found["spike"].append((float(ratio), int(order[j]), int(order[j + 1]), axis))
         for j in np.flatnonzero(fall):
             ratio = prev[j] / nxt[j] if nxt[j] > 0 else math.inf

@@ -13,20 +13,23 @@ def _point(d: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items())
 
 
-def print_quality(report: QualityReport, shown: int = 10) -> None:
+def print_quality(report: QualityReport, shown: int = 10, tables_shown: int = 40) -> None:
     th = report.thresholds
     files = [f for f in report.files if f.total]
     per_file = Table(title="quality findings per table (the load is not rejected)")
     for col in ("table", "points", "non-monotone", "spikes", "cross-file", "corroborated", "vs others (median ratio)"):
         per_file.add_column(col, justify="left" if col in ("table", "vs others (median ratio)") else "right",
                             overflow="fold")
-    for f in sorted(files, key=lambda f: -f.total):
+    for f in sorted(files, key=lambda f: -f.total)[:tables_shown]:
         ratios = ", ".join(f"{short_file(c['with'])}: {c['median_ratio']:.2g}x"
                            for c in f.comparisons if c["median_ratio"] > 2 or c["median_ratio"] < 0.5)
         per_file.add_row(short_label(f.ref), f"{f.points:,}", f"{f.counts['non_monotone']:,}", f"{f.counts['spike']:,}",
                          f"{f.counts['cross_file']:,}", f"{f.corroborated:,}", ratios)
     if files:
         console.print(per_file)
+        if len(files) > tables_shown:
+            console.print(f"... and {len(files) - tables_shown} more tables with findings (every table: --json)",
+                          style="dim")
     worst = sorted(((x, f) for f in report.files for x in f.findings if x.kind == "cross_file"),
                    key=lambda xf: (-xf[0].detail.get("corroborated", False), -xf[0].ratio))
     if worst:

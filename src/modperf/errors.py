@@ -357,3 +357,32 @@ class OutOfCoverageError(ModperfError):
     limit (docs/queries.md), or in a region of a ragged grid no measurement reaches."""
 
     kind = "out_of_coverage"
+
+
+# --- audits: dedupe, coverage, quality (issue 5) ----------------------------------------
+
+
+class OptionValueError(UsageError):
+    """An option value the audit commands cannot use (a tolerance below zero, a tp list that
+    is not positive integers, a version that exists nowhere)."""
+
+    kind = "option_value"
+
+
+class MissingExtraError(UsageError):
+    """An optional dependency (matplotlib for --plot) is not installed."""
+
+    kind = "missing_extra"
+
+
+class DedupeOutputError(UsageError):
+    """``dedupe --write`` would overwrite a source table or write inside the data root it reads."""
+
+    kind = "dedupe_output"
+
+
+class DedupeVerifyError(ModperfError):
+    """A de-duplicated table failed verification (it does not load cleanly, or it would answer
+    a query differently from its source); it was not written."""
+
+    kind = "dedupe_verify"

@@ -11,7 +11,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..check import CheckReport, check
+from ..quality import Thresholds, assess
 from . import app
+from ._quality_view import print_quality
 from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, err_console, handles_errors, paths_or_none
 
 
@@ -60,8 +62,24 @@ def check_command(
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
+    quality: Annotated[bool, typer.Option("--quality", help="Also flag implausible data (non-monotone series, spikes, "
+                                          "disagreement with other versions/backends); findings never change the "
+                                          "exit code.")] = False,
+    monotone_tolerance: Annotated[float, typer.Option("--monotone-tolerance", help="--quality: relative fall allowed "
+                                  "between neighbouring batch or sequence points.")] = Thresholds.monotone_tolerance,
+    spike_factor: Annotated[float, typer.Option("--spike-factor", help="--quality: a point above both neighbours by "
+                            "more than this factor is a spike.")] = Thresholds.spike_factor,
+    cross_factor: Annotated[float, typer.Option("--cross-factor", help="--quality: flag a point off by more than this "
+                            "factor from every other version/backend measuring its key.")] = Thresholds.cross_factor,
+    min_delta_ms: Annotated[float, typer.Option("--min-delta-ms", help="--quality: ignore differences smaller than "
+                            "this (ms).")] = Thresholds.min_delta_ms,
+    quality_examples: Annotated[int, typer.Option("--quality-examples", help="--quality: findings listed per table "
+                                "and kind (0 = all).")] = 10,
 ) -> None:
     """Load every head-bearing table with all guards; exit 0 when clean, 1 on failures, 2 on usage errors."""
+    thresholds = Thresholds(monotone_tolerance, spike_factor, cross_factor, min_delta_ms)
+    if quality:
+        thresholds.validate()  # a bad threshold is a usage error before any work
     show_progress = not json_out and err_console.is_terminal
     progress = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.description}"), console=err_console, transient=True,
@@ -74,8 +92,21 @@ def check_command(
 
         report = check(paths_or_none(paths), data_root=str(data_root) if data_root else None, table=table,
                        model_configs=[str(p) for p in model_configs or []], on_progress=on_progress)
+        quality_report = None
+        if quality:
+            progress.update(task, completed=0, total=None, description="quality checks")
+            quality_report = assess(
+                paths_or_none(paths), data_root=str(data_root) if data_root else None, table=table,
+                model_configs=[str(p) for p in model_configs or []], thresholds=thresholds,
+                examples=quality_examples,
+                on_progress=lambda done, total, _: progress.update(task, completed=done, total=total))
     if json_out:
-        emit_json(report.to_dict())
+        out = report.to_dict()
+        if quality_report is not None:
+            out["quality"] = quality_report.to_dict()
+        emit_json(out)
     else:
         print_report(report)
+        if quality_report is not None:
+            print_quality(quality_report)
     raise typer.Exit(0 if report.ok else 1)

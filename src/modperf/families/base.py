@@ -44,8 +44,10 @@ TP = "tp_size"
 MODEL = "model"
 ARCHITECTURE = "architecture"
 LATENCY = "latency"
+#: Written by ``modperf dedupe --write``: every model name that measured the row's key.
+MEASURED_BY = "measured_by"
 #: Columns that describe where a measurement came from, never part of a key.
-PROVENANCE_COLUMNS = ("framework", "version", "device", MODEL, ARCHITECTURE)
+PROVENANCE_COLUMNS = ("framework", "version", "device", MODEL, ARCHITECTURE, MEASURED_BY)
 #: Measured alongside latency in some files; carried, not keyed.
 EXTRA_MEASUREMENTS = ("power", "power_limit")
 

@@ -1,0 +1,114 @@
+"""``modperf dedupe``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..dedupe import DEFAULT_EXAMPLES, DEFAULT_TOLERANCE, DedupeReport, dedupe
+from . import app
+from ._audit_format import compact_key, pct as _pct, short_label
+from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, err_console, handles_errors, paths_or_none
+
+
+def print_report(report: DedupeReport) -> None:
+    tol = _pct(report.tolerance)
+    groups = Table(title="alias groups (names with one native and one module geometry)")
+    for col in ("table", "native", "models (bold = canonical)", "shared keys", "median", "p95", "max", f"> {tol}"):
+        groups.add_column(col, justify="left" if col in ("table", "models (bold = canonical)") else "right",
+                          overflow="fold")
+    for f in report.files:
+        for g in f.alias_groups:
+            names = "\n".join(f"[bold]{m}[/]" if m == g.canonical else m for m in g.models)
+            s = g.spread
+            groups.add_row(short_label(f.ref), str(g.native), names, f"{g.shared_keys:,}", _pct(s.median), _pct(s.p95),
+                           _pct(s.max), f"[red]{s.over_tolerance}[/]" if s.over_tolerance else "0")
+    if groups.row_count:
+        console.print(groups)
+    dups = Table(title="duplicate rows (one identity measured more than once)")
+    for col in ("table", "rows", "identities", "alias dup rows", "repeat rows", "repeat median", "repeat max",
+                f"> {tol}"):
+        dups.add_column(col, justify="left" if col == "table" else "right", overflow="fold")
+    for f in report.files:
+        if f.duplicate_rows:
+            r = f.repeat_spread
+            dups.add_row(short_label(f.ref), f"{f.rows:,}", f"{f.identities:,}", f"{f.alias_duplicate_rows:,}",
+                         f"{f.repeat_rows:,}", _pct(r.median), _pct(r.max),
+                         f"[red]{f.over_tolerance_keys}[/]" if f.over_tolerance_keys else "0")
+    if dups.row_count:
+        console.print(dups)
+    worst = [(o, f) for f in report.files for o in f.over_tolerance]
+    worst.sort(key=lambda of: -of[0].rel_diff)  # an infinite spread (a 0 ms row) sorts first
+    if worst:
+        over = Table(title=f"widest spreads over {tol} (all of them: --json)")
+        for col in ("table", "kind", "key", "spread", "latencies (ms)"):
+            over.add_column(col, overflow="fold")
+        for o, f in worst[:5]:
+            lat = "\n".join(f"{m.split('/')[-1] or '-'}: {', '.join(f'{x:g}' for x in v)}" for m, v in o.latencies.items())
+            over.add_row(short_label(f.ref), o.kind, compact_key(o.key), _pct(o.rel_diff), lat)
+        console.print(over)
+    written = [f for f in report.files if f.written is not None]
+    if written:
+        plan = Table(title=f"written to {report.out_dir}")
+        for col in ("source", "rows", "written", "verified", "destination"):
+            plan.add_column(col, overflow="fold")
+        for f in written:
+            assert f.written is not None
+            plan.add_row(short_label(f.ref), f"{f.rows:,}", f"{f.written.rows_written:,}",
+                         "[green]yes[/]" if f.written.verified else "[red]NO (not written)[/]", f.written.destination)
+        console.print(plan)
+    for failure in report.failures:
+        console.print(f"[red]FAIL[/] [bold]{failure.kind}[/]: {escape(str(failure))}", soft_wrap=True)
+    t = report.totals()
+    console.print(
+        f"{t['files']} tables, {t['rows']:,} rows, {t['identities']:,} identities: {t['duplicate_rows']:,} duplicate "
+        f"rows ({t['alias_duplicate_rows']:,} under alias names, {t['repeat_rows']:,} repeats); "
+        f"{t['files_with_aliases']} tables hold alias groups; {t['over_tolerance_keys']:,} identities spread over "
+        f"{tol}; {report.seconds:.1f} s"
+        + ("" if report.ok else f": [red]{t['files_failed']} table(s) failed[/]"))
+    console.print("identity = table, native (+ module geometry), categorical keys, num_heads, axes; spread = max/min - 1 "
+                  "between measurements of one identity; canonical = most identities, most rows, shortest id, "
+                  "alphabetical (--prefer overrides)", style="dim")
+
+
+@app.command("dedupe")
+@handles_errors
+def dedupe_command(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Table files or folders (default: the whole data root).",
+                                                       show_default=False)] = None,
+    table: Annotated[str | None, typer.Option("--table", help="Only this table stem.")] = None,
+    write: Annotated[Path | None, typer.Option("--write", metavar="OUT_DIR",
+                                               help="Write de-duplicated, verified tables under OUT_DIR.")] = None,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="Relative spread (max/min - 1) above which an "
+                                             "identity is listed.")] = DEFAULT_TOLERANCE,
+    prefer: Annotated[list[str] | None, typer.Option("--prefer", metavar="MODEL", help="Canonical name to use when it "
+                                                     "is in an alias group (repeatable, first wins).")] = None,
+    examples: Annotated[int, typer.Option("--examples", help="Over-tolerance identities listed per table, widest first (0 = all).")] = DEFAULT_EXAMPLES,
+    data_root: DataRootOpt = None,
+    model_configs: ModelConfigsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Alias groups, duplicate rows and the spread between measurements of one identity, per table;
+    exit 0 when every table loads (and every write verifies), 1 otherwise, 2 on usage errors."""
+    show_progress = not json_out and err_console.is_terminal
+    progress = Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.description}"), console=err_console, transient=True,
+                        disable=not show_progress)
+    with progress:
+        task = progress.add_task("", total=None)
+        report = dedupe(
+            paths_or_none(paths), data_root=str(data_root) if data_root else None, table=table,
+            model_configs=[str(p) for p in model_configs or []], tolerance=tolerance, prefer=prefer or (),
+            examples=examples, write=write,
+            on_progress=lambda done, total, f: progress.update(task, completed=done, total=total,
+                                                                description=f.ref.label))
+    if json_out:
+        emit_json(report.to_dict())
+    else:
+        print_report(report)
+    raise typer.Exit(0 if report.ok else 1)

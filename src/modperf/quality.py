@@ -1,0 +1,361 @@
+"""Data-quality checks: implausible latencies that the loader's guards let through.
+
+Nothing here rejects a table; it reports, per file, points that look wrong:
+
+* ``non_monotone`` -- along the batch axis (batch_size, or num_tokens) or the sequence axis
+  (isl for context tables, step for generation tables), with every other key fixed, latency
+  should not fall. A pair of neighbouring points is flagged when the later one is lower by
+  more than the tolerance: ``previous > later * (1 + monotone_tolerance)``.
+* ``spike`` -- an interior point of such a series that exceeds *both* neighbours by more than
+  ``spike_factor``. (The fall right after a spike is counted as the spike, not again as
+  non-monotone.)
+* ``cross_file`` -- a point that disagrees by more than ``cross_factor`` (either way) with
+  *every* other file that measured the same key: the neighbouring versions of the same backend
+  (the one before and the one after) and every version of the other backends, on the same
+  system. Keys are compared without ``kernel_source`` (each backend names its kernels
+  differently); where a file has several kernels for one key, its fastest is compared.
+  ``corroborated`` means two or more other files measured the key and all disagree -- the
+  point, not its references, is the odd one out. Each file also gets the median ratio to each
+  file it was compared with, which shows a backend that is slower across the board.
+
+Every kind also needs an absolute difference above ``min_delta_ms``: microsecond kernels
+jitter by more than 25% without meaning anything.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import errors as E
+from .buckets import KeyedTable
+from .catalog import TableRef
+from .codes import combine, factorize
+from .corpus import load_one, parallel_map, select_refs, version_key
+from .models import ModelRegistry
+
+KINDS = ("non_monotone", "spike", "cross_file")
+#: Categorical key columns left out when matching a key across files.
+CROSS_FILE_IGNORED = ("kernel_source",)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    #: relative fall allowed between neighbouring points of a series
+    monotone_tolerance: float = 0.25
+    #: an interior point above both neighbours by more than this factor is a spike
+    spike_factor: float = 3.0
+    #: disagreement with every other file measuring the key by more than this factor
+    cross_factor: float = 10.0
+    #: absolute difference (ms) below which nothing is flagged
+    min_delta_ms: float = 0.01
+
+    def validate(self) -> None:
+        problems = {}
+        if not (self.monotone_tolerance >= 0 and math.isfinite(self.monotone_tolerance)):
+            problems["monotone_tolerance"] = self.monotone_tolerance
+        if not (self.spike_factor > 1 and math.isfinite(self.spike_factor)):
+            problems["spike_factor"] = self.spike_factor
+        if not (self.cross_factor > 1 and math.isfinite(self.cross_factor)):
+            problems["cross_factor"] = self.cross_factor
+        if not (self.min_delta_ms >= 0 and math.isfinite(self.min_delta_ms)):
+            problems["min_delta_ms"] = self.min_delta_ms
+        if problems:
+            raise E.OptionValueError(
+                "quality thresholds out of range", values=problems,
+                fix="tolerance and min delta must be >= 0; spike and cross factors must be > 1")
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass
+class Finding:
+    kind: str
+    bucket: dict[str, Any]
+    point: dict[str, int]
+    latency: float
+    reference: float  # previous point (non_monotone), larger neighbour (spike), median of others (cross_file)
+    ratio: float  # how far apart, >= 1
+    axis: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        # a fall to a 0 ms point (allowed where a kernel is a no-op) has no finite ratio: null in JSON
+        ratio = self.ratio if math.isfinite(self.ratio) else None
+        return {"kind": self.kind, "axis": self.axis, "bucket": self.bucket, "point": self.point,
+                "latency": self.latency, "reference": self.reference, "ratio": ratio, **self.detail}
+
+
+@dataclass
+class FileQuality:
+    ref: TableRef
+    family: str | None
+    points: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    corroborated: int = 0  # cross_file findings that two or more other files contradict
+    findings: list[Finding] = field(default_factory=list)  # worst first, capped per kind
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[E.ModperfError] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.ref.to_dict(), "family": self.family, "assessed": not self.failures, "points": self.points,
+                "counts": self.counts, "cross_file_corroborated": self.corroborated,
+                "findings": [f.to_dict() for f in self.findings], "comparisons": self.comparisons,
+                "failures": [f.to_dict() for f in self.failures]}
+
+
+@dataclass
+class QualityReport:
+    thresholds: Thresholds
+    files: list[FileQuality]
+    seconds: float
+
+    def totals(self) -> dict[str, Any]:
+        counts = dict.fromkeys(KINDS, 0)
+        for f in self.files:
+            for k, v in f.counts.items():
+                counts[k] += v
+        return {"files": len(self.files), "files_with_findings": sum(f.total > 0 for f in self.files),
+                "files_not_assessed": sum(bool(f.failures) for f in self.files),
+                "points": sum(f.points for f in self.files), **counts,
+                "cross_file_corroborated": sum(f.corroborated for f in self.files)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"thresholds": self.thresholds.to_dict(), "seconds": round(self.seconds, 3),
+                "totals": self.totals(), "files": [f.to_dict() for f in self.files]}
+
+
+# --- within one file ----------------------------------------------------------------------
+
+
+def _bucket_of_points(kt: KeyedTable) -> np.ndarray:
+    return np.repeat(np.arange(kt.n_buckets), np.diff(kt.offsets))
+
+
+def _describe(kt: KeyedTable, bucket_of: np.ndarray, i: int) -> tuple[dict[str, Any], dict[str, int]]:
+    b = int(bucket_of[i])
+    return dict(zip(kt.key_names, kt.bucket_keys[b])), {a: int(v[i]) for a, v in kt.axes.items()}
+
+
+def _series_checks(kt: KeyedTable, th: Thresholds, examples: int, out: FileQuality) -> None:
+    bucket_of = _bucket_of_points(kt)
+    axes = [kt.spec.axes[0]] + ([kt.spec.seq_axis] if kt.spec.seq_axis and kt.spec.seq_axis != kt.spec.axes[0] else [])
+    found: dict[str, list[tuple[float, int, int, str]]] = {"non_monotone": [], "spike": []}
+    for axis in axes:
+        if axis not in kt.axes:
+            continue
+        codes, cards = [bucket_of], [max(kt.n_buckets, 1)]
+        for other in kt.spec.axes:
+            if other != axis:
+                uniq, inv = factorize(kt.axes[other])
+                codes.append(inv)
+                cards.append(max(int(uniq.size), 1))
+        series = combine(codes, cards, kt.n_points)
+        order = np.lexsort((kt.axes[axis], series))
+        s, lat = series[order], kt.latency[order]
+        if lat.size < 2:
+            continue
+        same = s[1:] == s[:-1]
+        prev, nxt = lat[:-1], lat[1:]
+        spike = np.zeros(lat.size, dtype=bool)
+        if lat.size >= 3:
+            mid, neighbour = lat[1:-1], np.maximum(lat[:-2], lat[2:])
+            spike[1:-1] = same[:-1] & same[1:] & (mid > th.spike_factor * neighbour) & \
+                (mid - neighbour > th.min_delta_ms)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fall = same & (prev > nxt * (1 + th.monotone_tolerance)) & (prev - nxt > th.min_delta_ms) & ~spike[:-1]
+        for j in np.flatnonzero(spike):
+            neighbour = max(lat[j - 1], lat[j + 1])
+            ratio = lat[j] / neighbour if neighbour > 0 else math.inf
+            found["spike"].append((float(ratio), int(order[j]), int(order[j + 1]), axis))
+        for j in np.flatnonzero(fall):
+            ratio = prev[j] / nxt[j] if nxt[j] > 0 else math.inf
+            found["non_monotone"].append((float(ratio), int(order[j + 1]), int(order[j]), axis))
+    for kind, items in found.items():
+        out.counts[kind] += len(items)
+        items.sort(key=lambda x: -x[0])
+        for ratio, i, ref_i, axis in items[:examples] if examples else items:
+            bucket, point = _describe(kt, bucket_of, i)
+            reference = float(kt.latency[ref_i])
+            if kind == "spike":
+                detail = {"neighbour": {axis: int(kt.axes[axis][ref_i])}}
+            else:
+                detail = {"previous": {axis: int(kt.axes[axis][ref_i])}}
+            out.findings.append(Finding(kind, bucket, point, float(kt.latency[i]), reference,
+                                        _finite(ratio), axis, detail))
+
+
+def _finite(x: float) -> float:
+    return float(x) if math.isfinite(x) else float("inf")
+
+
+# --- across files -------------------------------------------------------------------------
+
+
+@dataclass
+class _Keys:
+    """One file's points reduced to cross-file keys: sorted unique codes, the fastest latency
+    per key, and the point that holds it."""
+
+    codes: np.ndarray
+    latency: np.ndarray
+    point: np.ndarray
+
+
+def _neighbours(refs: Sequence[TableRef], i: int) -> list[int]:
+    me = refs[i]
+    same = sorted((j for j, r in enumerate(refs) if r.backend == me.backend), key=lambda j: version_key(refs[j].version))
+    pos = same.index(i)
+    out = [same[p] for p in (pos - 1, pos + 1) if 0 <= p < len(same)]
+    out += [j for j, r in enumerate(refs) if r.backend != me.backend]
+    return out
+
+
+def _cross_file(tables: Sequence[KeyedTable], results: Sequence[FileQuality], th: Thresholds, examples: int) -> None:
+    # joint codes: reduced bucket keys through a dict (buckets are few), axes factorized jointly
+    joint: dict[tuple, int] = {}
+    bucket_codes = []
+    for kt in tables:
+        ids = np.empty(kt.n_buckets, dtype=np.int64)
+        for b, key in enumerate(kt.bucket_keys):
+            reduced = tuple((n, v) for n, v in zip(kt.key_names, key) if n not in CROSS_FILE_IGNORED)
+            ids[b] = joint.setdefault(reduced, len(joint))
+        bucket_codes.append(ids[_bucket_of_points(kt)])
+    axis_names = tables[0].spec.axes
+    sizes = [kt.n_points for kt in tables]
+    codes = [np.concatenate(bucket_codes)]
+    cards = [max(len(joint), 1)]
+    for a in axis_names:
+        uniq, inv = factorize(np.concatenate([kt.axes[a] for kt in tables]))
+        codes.append(inv)
+        cards.append(max(int(uniq.size), 1))
+    full = combine(codes, cards, int(sum(sizes)))
+    keys: list[_Keys] = []
+    offset = 0
+    for kt, n in zip(tables, sizes):
+        code, lat = full[offset:offset + n], kt.latency
+        offset += n
+        usable = np.flatnonzero(lat > 0)
+        order = usable[np.lexsort((lat[usable], code[usable]))]
+        cs = code[order]
+        starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]]) if cs.size else np.zeros(0, np.int64)
+        keys.append(_Keys(cs[starts], lat[order][starts], order[starts]))
+
+    refs = [kt.ref for kt in tables]
+    log_factor = math.log(th.cross_factor)
+    for i, (kt, mine, out) in enumerate(zip(tables, keys, results)):
+        n = mine.codes.size
+        measured = np.zeros(n, dtype=np.int64)
+        agreeing = np.zeros(n, dtype=np.int64)
+        closest = np.full(n, np.inf)  # smallest |log ratio| over the other files
+        ref_values: list[tuple[int, np.ndarray, np.ndarray]] = []
+        for j in _neighbours(refs, i):
+            other = keys[j]
+            common, mi, oj = np.intersect1d(mine.codes, other.codes, assume_unique=True, return_indices=True)
+            if not common.size:
+                continue
+            ratio = mine.latency[mi] / other.latency[oj]
+            log_ratio = np.abs(np.log(ratio))
+            close = (log_ratio <= log_factor) | (np.abs(mine.latency[mi] - other.latency[oj]) <= th.min_delta_ms)
+            measured[mi] += 1
+            agreeing[mi] += close
+            closest[mi] = np.minimum(closest[mi], log_ratio)
+            ref_values.append((j, mi, other.latency[oj]))
+            out.comparisons.append({"with": refs[j].label, "shared_keys": int(common.size),
+                                    "median_ratio": float(np.median(ratio))})
+        flagged = np.flatnonzero((measured > 0) & (agreeing == 0))
+        out.counts["cross_file"] += int(flagged.size)
+        out.corroborated += int((measured[flagged] >= 2).sum())
+        if not flagged.size:
+            continue
+        worst = flagged[np.argsort(-closest[flagged], kind="stable")]
+        bucket_of = _bucket_of_points(kt)
+        for k in worst[:examples] if examples else worst:
+            others = []
+            for j, mi, values in ref_values:
+                hit = np.searchsorted(mi, k)
+                # mi is sorted (intersect1d returns sorted common codes, so indices into mine are sorted)
+                if hit < mi.size and mi[hit] == k:
+                    others.append({"file": refs[j].label, "latency": float(values[hit])})
+            reference = float(np.median([o["latency"] for o in others]))
+            latency = float(mine.latency[k])
+            bucket, point = _describe(kt, bucket_of, int(mine.point[k]))
+            ratio = max(latency / reference, reference / latency)
+            out.findings.append(Finding("cross_file", bucket, point, latency, reference, ratio, None,
+                                        {"corroborated": len(others) >= 2, "others": others}))
+
+
+# --- entry point --------------------------------------------------------------------------
+
+
+def assess_tables(tables: Sequence[KeyedTable], thresholds: Thresholds = Thresholds(),
+                  examples: int = 10) -> list[FileQuality]:
+    """Every check on already-loaded tables; files sharing (system, table) are compared."""
+    thresholds.validate()
+    results = [FileQuality(kt.ref, kt.family.name, kt.n_points) for kt in tables]
+    for kt, out in zip(tables, results):
+        _series_checks(kt, thresholds, examples, out)
+    groups: dict[tuple, list[int]] = {}
+    for i, kt in enumerate(tables):
+        if kt.ref.system is not None and kt.ref.backend is not None:
+            groups.setdefault((kt.ref.system, kt.ref.table), []).append(i)
+    for members in groups.values():
+        if len(members) >= 2:
+            _cross_file([tables[i] for i in members], [results[i] for i in members], thresholds, examples)
+    for out in results:
+        # worst first; cross-file findings that several files contradict before two-file disagreements
+        out.findings.sort(key=lambda f: (KINDS.index(f.kind), not f.detail.get("corroborated", False), -f.ratio))
+    return results
+
+
+def assess(
+    paths: Sequence[str] | None = None,
+    *,
+    data_root: str | None = None,
+    table: str | None = None,
+    model_configs: Sequence[str] | None = None,
+    thresholds: Thresholds = Thresholds(),
+    examples: int = 10,
+    workers: int | None = None,
+    on_progress: Callable[[int, int, Any], None] | None = None,
+) -> QualityReport:
+    """Quality findings for every head-bearing table file (or the given files/folders).
+    Tables are loaded one (system, table) group at a time, so memory stays bounded."""
+    thresholds.validate()
+    start = time.perf_counter()
+    registry = ModelRegistry.default(model_configs)
+    refs, _ = select_refs(paths, data_root=data_root, table=table)
+    groups: dict[tuple, list[TableRef]] = {}
+    for ref in refs:
+        key = (ref.system, ref.table) if ref.system is not None else ("", str(ref.path))
+        groups.setdefault(key, []).append(ref)
+
+    def run(members: list[TableRef]) -> list[FileQuality]:
+        loaded = [load_one(r, registry) for r in members]
+        ok = [ld.keyed for ld in loaded if ld.keyed is not None]
+        assessed = iter(assess_tables(ok, thresholds, examples))
+        out = []
+        for ld in loaded:
+            if ld.keyed is not None:
+                out.append(next(assessed))
+            else:
+                out.append(FileQuality(ld.ref, ld.family.name if ld.family else None, failures=ld.failures))
+        return out
+
+    per_group = parallel_map(run, list(groups.values()), workers, on_progress)
+    files = [f for group in per_group for f in group]
+    files.sort(key=lambda f: (f.ref.system or "", f.ref.backend or "", version_key(f.ref.version), f.ref.table))
+    return QualityReport(thresholds, files, time.perf_counter() - start)
+
+
+__all__ = ["KINDS", "FileQuality", "Finding", "QualityReport", "Thresholds", "assess", "assess_tables"]

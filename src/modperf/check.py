@@ -6,15 +6,14 @@ file reports all of its problems.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors as E
-from .catalog import Catalog, TableRef, refs_for_paths
+from .catalog import TableRef, refs_for_paths
+from .corpus import parallel_map, select_refs
 from .families import family_of, head_bearing_tables, registry
 from .load import LoadResult, try_load
 from .models import ModelRegistry
@@ -149,29 +148,14 @@ class CheckReport:
 
 
 def _refs(paths: Sequence[str] | None, data_root: str | None, table: str | None) -> tuple[list[TableRef], int, list[E.ModperfError]]:
+    """(tables to check, tables skipped for carrying no head axis, problems of the data root)."""
     heads = set(head_bearing_tables())
-    if table is not None and table not in heads:
-        raise E.UnknownTableError(
-            f"{table!r} is not a head-bearing table",
-            values={"table": table},
-            fix=f"choose one of: {', '.join(sorted(heads))}",
-        )
-    problems: list[E.ModperfError] = []
-    if paths:
-        found = refs_for_paths(paths)
-        explicit = {os.path.abspath(p) for p in paths}
-        refs, skipped = [], 0
-        for ref in found:
-            if table is not None and ref.table != table:
-                continue
-            if ref.table in heads or os.path.abspath(ref.path) in explicit:
-                refs.append(ref)  # an explicit non-head-bearing file is reported, not skipped
-            else:
-                skipped += 1
-        return refs, skipped, problems
-    catalog = Catalog.scan(data_root)
-    problems += [E.DataRootError(p, fix="restore the donor table or correct reuse.yaml") for p in catalog.problems]
-    refs = catalog.select(table=table, tables=heads)
+    refs, catalog = select_refs(paths, data_root=data_root, table=table)
+    if catalog is None:
+        found = refs_for_paths(paths or [])
+        return refs, sum(r.table not in heads for r in found) - sum(r.table not in heads for r in refs), []
+    problems: list[E.ModperfError] = [
+        E.DataRootError(p, fix="restore the donor table or correct reuse.yaml") for p in catalog.problems]
     return refs, len(catalog.files) - len(catalog.select(tables=heads)), problems
 
 
@@ -195,19 +179,17 @@ def check(
         for name, fam in registry().items()
         if fam.head_bearing or paths
     }
-    results: list[FileResult] = []
-    workers = workers or min(4, os.cpu_count() or 1)
 
     def run(ref: TableRef) -> FileResult:
         return FileResult.from_load(try_load(ref, models))
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for i, fr in enumerate(pool.map(run, refs), 1):
-            results.append(fr)
-            if fr.family is not None:
-                families[fr.family].add(fr)
-            if on_progress is not None:
-                on_progress(i, len(refs), fr.ref)
+    def done(i: int, total: int, fr: FileResult) -> None:
+        if fr.family is not None:
+            families[fr.family].add(fr)
+        if on_progress is not None:
+            on_progress(i, total, fr.ref)
+
+    results = parallel_map(run, refs, workers, done)
     used = {fr.family for fr in results}
     families = {k: v for k, v in families.items() if k in used or not paths}
     return CheckReport(results, families, problems, skipped, time.perf_counter() - start)

@@ -114,7 +114,11 @@ class ModelError(ModperfError):
 
 
 class UnknownModelError(ModelError):
+    """No config for a model id. When a user names the model (query, estimate, coverage,
+    migrate --model) it ends the command as a usage error; inside a table, check collects it."""
+
     kind = "unknown_model"
+    exit_code = 2
 
 
 class ModelConfigError(ModelError):

@@ -26,8 +26,6 @@ interpolated / extrapolated, native bucket, substitution). Rules (docs/estimate.
 
 from __future__ import annotations
 
-import math
-import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import errors as E
+from .corpus import version_key
 from .families import family_of
 from .families.base import Tier
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, KIND_NAMES, REFUSED
@@ -52,18 +51,6 @@ GEMM_TABLE = "gemm"
 DTYPE_COLUMNS = ("attn_dtype", "kv_cache_dtype", "mla_dtype", "gemm_type", "gemm_dtype")
 DEFAULT_DTYPE = "bfloat16"
 _KIND_ORDER = {"exact": 0, "interpolated": 1, "extrapolated": 2}
-
-
-def version_key(version: str) -> tuple:
-    """Natural order of backend versions: 0.5.6.post2 < 0.5.9 < 0.5.10; 1.3.0rc20 < 1.3.0rc23 < 1.3.0."""
-    parts: list[tuple[int, int]] = []
-    for num, tag, tag_num in re.findall(r"(\d+)|([a-z]+)(\d*)", version.lower()):
-        if num:
-            parts.append((0, int(num)))
-        else:  # a pre-release sorts before the release, a post-release after it
-            rank = -1 if tag in ("a", "b", "rc", "dev", "alpha", "beta") else 1
-            parts.append((rank, int(tag_num or 0)))
-    return tuple(parts) + ((0, 0),)
 
 
 @dataclass

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from . import errors as E
-from .buckets import KeyedTable, build_buckets
+from .buckets import KeyedTable
 from .catalog import TableRef
-from .families import family_of
+from .corpus import load_one
 from .families.base import Family
 from .models import ModelRegistry
-from .validate import validate_table
 
 
 @dataclass
@@ -27,27 +25,10 @@ class LoadResult:
         return self.table is not None and not self.failures
 
 
-def family_for(ref: TableRef) -> Family:
-    family = family_of(ref.table)
-    if family is None:
-        raise E.UnknownTableError(
-            f"{ref.table!r} is not a head-bearing table modperf keys",
-            file=ref.path,
-            fix="head-bearing tables are declared in modperf/families/; add a declaration to cover a new one",
-        )
-    return family
-
-
 def try_load(ref: TableRef, registry: ModelRegistry) -> LoadResult:
     """Validate and key one table; never raises for data problems (they are in ``failures``)."""
-    start = time.perf_counter()
-    try:
-        family = family_for(ref)
-    except E.UnknownTableError as exc:
-        return LoadResult(ref, None, None, [exc], time.perf_counter() - start)
-    validated, failures = validate_table(ref, family, registry)
-    table = build_buckets(validated) if validated is not None else None
-    return LoadResult(ref, family, table, failures, time.perf_counter() - start)
+    loaded = load_one(ref, registry)
+    return LoadResult(ref, loaded.family, loaded.keyed, loaded.failures, loaded.seconds)
 
 
 def load_table(ref: TableRef, registry: ModelRegistry) -> KeyedTable:

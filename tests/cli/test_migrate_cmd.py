@@ -115,7 +115,7 @@ def test_legacy_with_model_and_out(legacy: Path, tmp_path: Path) -> None:
 
 def test_unknown_model_is_a_typed_message(legacy: Path) -> None:
     result = run(str(legacy), "--model", "acme/Nope")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a model the user named: a usage error
     assert "error (unknown_model): no HF config for model 'acme/Nope'" in result.stderr
     assert "acme--Nope_config.json" in result.stderr
     doc = json.loads(run(str(legacy), "--model", "acme/Nope", "--json").stdout)

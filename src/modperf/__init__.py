@@ -2,7 +2,17 @@
 
 Every module row carries rank-local ``num_heads`` and ``tp_size``; each table family declares
 how its head axis is keyed; native head counts come from HF configs; loaders fail closed.
+
+    db = modperf.open()                       # the embedded corpus (or open(data_root=...))
+    db.query(table=..., system=..., ...)      # one latency with its provenance
+    modperf.check()                           # every head-bearing table, every guard
+
+The heavier tools live in their modules, imported on use: ``modperf.estimate.estimate``,
+``modperf.migrate.migrate``, ``modperf.writer.open_writer``, ``modperf.dedupe.dedupe``,
+``modperf.coverage.coverage``, ``modperf.quality.assess``, ``modperf.layers.layer_schedule``.
 """
+
+from __future__ import annotations
 
 from . import errors
 from .buckets import KeyedTable

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
 
 GEMM_TABLE = "gemm"
 #: Dtype key columns an estimate fills. Unless the caller sets one, it is ``bfloat16`` where the
-#: table measured bfloat16, else the one value the table holds (else the query asks for it).
+#: table measured bfloat16 for the model's native, else the one value measured for it (else the
+#: query asks for it).
 DTYPE_COLUMNS = ("attn_dtype", "kv_cache_dtype", "mla_dtype", "gemm_type", "gemm_dtype")
 DEFAULT_DTYPE = "bfloat16"
 _KIND_ORDER = {"exact": 0, "interpolated": 1, "extrapolated": 2}
@@ -261,8 +262,9 @@ def _kernels_for(keyed, fields: Mapping[str, Any]) -> list[str]:  # noqa: ANN001
 class _Estimator:
     def __init__(self, db: "Database", *, model: str, system: str, backend: str, versions: Mapping[str, str],
                  dtypes: Mapping[str, str], kernel_sources: Mapping[str, str], allow_substitute: bool,
-                 hidden: int, head_dim: int) -> None:
+                 hidden: int, head_dim: int, native: int) -> None:
         self.db, self.model, self.system, self.backend = db, model, system, backend
+        self.native = native
         self.versions, self.dtypes, self.kernel_sources = versions, dtypes, kernel_sources
         self.allow_substitute = allow_substitute
         self.hidden, self.head_dim = hidden, head_dim
@@ -274,16 +276,22 @@ class _Estimator:
     def _fixed(self, table: str, layer_fields: Mapping[str, Any]) -> dict[str, Any]:
         keyed = self.db.table(self.system, self.backend, self.versions[table], table)
         fixed: dict[str, Any] = {}
+        # dtype defaults look at the model's own native buckets where the table keys natives:
+        # a file may measure another model of other natives in other dtypes
+        mine = [b for b in range(keyed.n_buckets) if keyed.bucket_native[b] in (-1, self.native)] \
+            or range(keyed.n_buckets)  # native absent: the query will say so (or substitute)
         for col in DTYPE_COLUMNS:
             if col not in keyed.key_names:
                 continue
             if col in self.dtypes:
                 fixed[col] = self.dtypes[col]
-            else:
-                i = keyed.key_names.index(col)
-                held = {key[i] for key in keyed.bucket_keys}
-                if DEFAULT_DTYPE in held:
-                    fixed[col] = DEFAULT_DTYPE
+                continue
+            i = keyed.key_names.index(col)
+            held = {keyed.bucket_keys[b][i] for b in mine}
+            if DEFAULT_DTYPE in held:
+                fixed[col] = DEFAULT_DTYPE
+            elif len(held) == 1:
+                fixed[col] = held.pop()
         self.used_dtypes.setdefault(table, {}).update(fixed)
         for k, v in layer_fields.items():
             if k in keyed.missing_optional:
@@ -313,8 +321,9 @@ class _Estimator:
                                              allow_substitute=self.allow_substitute))
             except (E.NotCoveredError, E.OutOfCoverageError, E.QueryFieldError) as exc:
                 errors.append(exc)
-        if not answers:
-            raise errors[0]
+        if not answers:  # the most specific reason: a point outside the grid, then a missing key
+            order = (E.OutOfCoverageError, E.NotCoveredError, E.QueryFieldError)
+            raise min(errors, key=lambda e: next(i for i, cls in enumerate(order) if isinstance(e, cls)))
         best = min(answers, key=lambda a: (a.kind == "extrapolated", a.latency_ms))
         return best, self._component(name, table, best)
 
@@ -326,6 +335,15 @@ class _Estimator:
 
     def layer(self, layer: AttentionLayer, count: int, phase: str, tp: int, batch: int, isl: int, prefix: int,
               kv: int) -> LayerCost:
+        try:
+            return self._layer(layer, count, phase, tp, batch, isl, prefix, kv)
+        except (E.NotCoveredError, E.OutOfCoverageError, E.QueryFieldError) as exc:
+            # the same error, saying which layers and which tp asked
+            raise type(exc)(f"{layer.label} layers, {'prefill' if phase == 'context' else 'decode'} at tp={tp}: "
+                            f"{exc.detail}", file=exc.file, values=exc.values, fix=exc.fix) from None
+
+    def _layer(self, layer: AttentionLayer, count: int, phase: str, tp: int, batch: int, isl: int, prefix: int,
+               kv: int) -> LayerCost:
         table = layer.table(phase)
         assert table is not None
         fields = self._fixed(table, layer.fields_for(phase))
@@ -435,7 +453,7 @@ def estimate(
     head_dim = int(config.get("head_dim", None) or hidden // config.native_heads)
     est = _Estimator(db, model=model, system=system, backend=backend, versions=versions, dtypes=chosen_dtypes,
                      kernel_sources=dict(kernel_sources or {}), allow_substitute=allow_substitute,
-                     hidden=hidden, head_dim=head_dim)
+                     hidden=hidden, head_dim=head_dim, native=config.native_heads)
     decode_kv = isl + osl // 2
     results = []
     for tp in tp_list:

@@ -1,0 +1,59 @@
+"""Estimate benchmark: a 4-tp estimate of 61-layer models in a warm process, and the cold
+`modperf estimate` command (a fresh process: interpreter start, imports, catalog scan, table
+loads). Prints a table; asserts nothing.
+
+    python bench/estimate.py [--repeat 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+import modperf
+from modperf.estimate import estimate
+
+CASES = [
+    # (model, system, backend, layers)
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "vllm", 61),
+    ("deepseek-ai/DeepSeek-V4-Pro", "b200_sxm", "sglang", 61),
+    ("deepseek-ai/DeepSeek-V3.2", "h200_sxm", "sglang", 61),
+    ("meta-llama/Meta-Llama-3.1-70B", "h200_sxm", "trtllm", 80),
+]
+SHAPE = dict(tps=(1, 2, 4, 8), isl=2048, osl=1024, batch=4)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args()
+    print(f"{'model':<32} {'system/backend':<18} {'layers':>6} {'warm median ms':>15} {'warm p90 ms':>12} "
+          f"{'first call ms':>14} {'cold cmd s':>11}")
+    for model, system, backend, layers in CASES:
+        db = modperf.open()
+        t0 = time.perf_counter()
+        estimate(db, model=model, system=system, backend=backend, **SHAPE)  # loads tables, builds grids
+        first = time.perf_counter() - t0
+        runs = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            estimate(db, model=model, system=system, backend=backend, **SHAPE)
+            runs.append(time.perf_counter() - t0)
+        runs.sort()
+        cold = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "modperf", "estimate", "--model", model, "--system", system,
+                            "--backend", backend, "--tp", "1,2,4,8", "--isl", "2048", "--osl", "1024", "--batch", "4",
+                            "--json"], check=True, capture_output=True)
+            cold.append(time.perf_counter() - t0)
+        print(f"{model:<32} {system + '/' + backend:<18} {layers:>6} {1e3 * statistics.median(runs):>15.2f} "
+              f"{1e3 * runs[int(0.9 * (len(runs) - 1))]:>12.2f} {1e3 * first:>14.1f} {statistics.median(cold):>11.2f}")
+    print("goals: warm 4-tp estimate of a 61-layer model < 0.5 s; cold command < 2 s (median of 5 fresh processes)")
+
+
+if __name__ == "__main__":
+    main()

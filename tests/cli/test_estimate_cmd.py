@@ -1,0 +1,55 @@
+import json
+
+from typer.testing import CliRunner
+
+from modperf.cli import app
+
+runner = CliRunner()
+KIMI = ["estimate", "--model", "moonshotai/Kimi-K3", "--system", "gb300", "--backend", "vllm", "--isl", "2048",
+        "--osl", "128", "--batch", "4"]
+
+
+def test_estimate_table(db):
+    result = runner.invoke(app, [*KIMI, "--tp", "1,2,4,8"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for col in ("tp=1", "tp=2", "tp=4", "tp=8"):
+        assert col in out
+    assert "MLA x24 prefill" in out and "decode step (kv 2112)" in out and "prefill layer queries" in out
+    assert "not included: 69 KDA linear attention layer(s)" in out
+    assert "versions: mla_context_module 0.27.0, mla_generation_module 0.27.0" in out
+
+
+def test_estimate_json_and_kernel_pin(db):
+    result = runner.invoke(app, [*KIMI, "--tp", "8", "--kernel-source", "mla_context_module=FLASH_ATTN", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    (tp,) = doc["tps"]
+    assert tp["tp"] == 8 and tp["local_heads"] == 12
+    attention = tp["prefill_layers"][0]["components"][0]
+    assert attention["kernel_source"] == "FLASH_ATTN" and attention["native"] == 96
+    direct = db.query(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0",
+                      model="moonshotai/Kimi-K3", tp_size=8, batch_size=4, isl=2048, kernel_source="FLASH_ATTN",
+                      mla_dtype="bfloat16", kv_cache_dtype="bfloat16", gemm_type="bfloat16")
+    assert tp["prefill_ms"] == 24 * direct.latency_ms
+
+
+def test_estimate_errors_exit_2_with_a_message():
+    result = runner.invoke(app, [*KIMI, "--tp", "1,5"])
+    assert result.exit_code == 2
+    assert "error (shard): tp=5 does not divide the native head count 96" in result.stderr
+    result = runner.invoke(app, [*KIMI, "--tp", "one"])
+    assert result.exit_code == 2 and "--tp takes comma-separated integers" in result.stderr
+    result = runner.invoke(app, [*KIMI, "--kernel-source", "FLASH_ATTN", "--json"])
+    assert result.exit_code == 2 and json.loads(result.stdout)["error"]["kind"] == "usage"
+
+
+def test_missing_native_exit_1_then_substitute():
+    args = ["estimate", "--model", "moonshotai/Kimi-K2-Instruct", "--system", "h200_sxm", "--backend", "vllm",
+            "--isl", "1024", "--osl", "64", "--batch", "2", "--tp", "8"]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 1 and "error (not_covered)" in refused.stderr
+    allowed = runner.invoke(app, [*args, "--allow-substitute"], env={"COLUMNS": "250"})
+    assert allowed.exit_code == 0
+    assert "substitution tp=8: native 64 is not measured in this table; answered from the nearest native bucket, 128" \
+        in allowed.stdout

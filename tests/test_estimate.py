@@ -1,0 +1,171 @@
+"""Model-level estimates: every number is the sum of the layer queries it is made of."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import modperf
+from modperf import errors as E
+from modperf.estimate import estimate
+
+
+def fastest(db: modperf.Database, kernels: list[str], **fields) -> modperf.query.Answer:  # noqa: F821
+    """The kernel policy, restated: the fastest answer that needs no extrapolation."""
+    answers = []
+    for ks in kernels:
+        try:
+            answers.append(db.query(**fields, kernel_source=ks))
+        except (E.NotCoveredError, E.OutOfCoverageError):
+            pass
+    return min(answers, key=lambda a: (a.kind == "extrapolated", a.latency_ms))
+
+
+def test_mla_model_sums_its_layer_queries(db):
+    est = estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm", tps=[1, 8],
+                   isl=2048, osl=512, batch=8)
+    assert est.versions == {"mla_context_module": "0.24.0", "mla_generation_module": "0.24.0"}
+    assert [layer.label for layer, _ in est.schedule.groups()] == ["MLA"]
+    slot = dict(system="h200_sxm", backend="vllm", version="0.24.0", model="deepseek-ai/DeepSeek-V3",
+                mla_dtype="bfloat16", kv_cache_dtype="bfloat16", gemm_type="bfloat16")
+    for tp_est in est.tps:
+        ctx = fastest(db, ["FLASH_ATTN", "FLASH_ATTN_MLA"], table="mla_context_module", **slot, tp_size=tp_est.tp,
+                      batch_size=8, isl=2048, step=0)
+        gen = db.query(table="mla_generation_module", **slot, tp_size=tp_est.tp, batch_size=8, step=2048 + 256)
+        assert tp_est.prefill_ms == pytest.approx(61 * ctx.latency_ms, rel=1e-12)
+        assert tp_est.decode_ms == pytest.approx(61 * gen.latency_ms, rel=1e-12)
+        assert tp_est.prefill[0].components[0].kernel_source == ctx.fields["kernel_source"]
+        assert tp_est.kinds("prefill") == {"exact": 61, "interpolated": 0, "extrapolated": 0}
+        assert tp_est.kinds("decode") == {"exact": 0, "interpolated": 61, "extrapolated": 0}  # kv 2304 is off-grid
+    assert est.tps[0].local_heads == 128 and est.tps[1].local_heads == 16
+    assert est.tps[1].prefill_ms < est.tps[0].prefill_ms
+
+
+def test_gqa_blocks_add_their_projection_gemms(db, models):
+    cfg = models.get("meta-llama/Meta-Llama-3.1-70B")
+    hidden, heads, kv, hd = 8192, 64, 8, 128
+    assert (cfg.get("hidden_size"), cfg.native_heads, cfg.kv_heads) == (hidden, heads, kv)
+    est = estimate(db, model="meta-llama/Meta-Llama-3.1-70B", system="h200_sxm", backend="trtllm", tps=[2, 8],
+                   isl=1024, osl=256, batch=4)
+    slot = dict(system="h200_sxm", backend="trtllm", version="1.3.0rc20")
+    for tp_est in est.tps:
+        tp = tp_est.tp
+        local, local_kv = heads // tp, max(1, kv // tp)
+        attn = fastest(db, ["torch_flow", "torch_flow_flashinfer"], table="context_attention", **slot,
+                       num_heads=local, num_key_value_heads=local_kv, head_dim=hd, window_size=0, beam_width=1,
+                       attn_dtype="bfloat16", kv_cache_dtype="bfloat16", batch_size=4, isl=1024, step=0)
+        qkv = db.query(table="gemm", **slot, gemm_dtype="bfloat16", m=4 * 1024, n=(local + 2 * local_kv) * hd, k=hidden)
+        out = db.query(table="gemm", **slot, gemm_dtype="bfloat16", m=4 * 1024, n=hidden, k=local * hd)
+        per_layer = attn.latency_ms + qkv.latency_ms + out.latency_ms
+        assert tp_est.prefill_ms == pytest.approx(80 * per_layer, rel=1e-12)
+        names = [c.name for c in tp_est.prefill[0].components]
+        assert names == ["attention", "qkv_proj", "o_proj"]
+    assert any("QKV and output projections from the gemm table" in n for n in est.notes)
+
+
+def test_kimi_k3_and_deepseek_v3_from_their_own_buckets(db):
+    kimi = estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", tps=[1, 2, 4, 8],
+                    isl=2048, osl=128, batch=4)
+    v3 = estimate(db, model="deepseek-ai/DeepSeek-V3", system="gb300", backend="vllm", tps=[1, 2, 4, 8],
+                  isl=2048, osl=128, batch=4)
+    assert kimi.versions["mla_context_module"] == "0.27.0"
+    for tp_est in kimi.tps:
+        for cost in (*tp_est.prefill, *tp_est.decode):
+            assert cost.count == 24  # full-attention layers; 69 KDA layers are listed as not included
+            assert cost.components[0].native == 96
+            assert cost.components[0].substitution is None
+    assert [(d["label"], d["count"]) for d in kimi.to_dict()["not_included"]] == [("KDA linear attention", 69)]
+    for tp_est in v3.tps:
+        assert {c.components[0].native for c in (*tp_est.prefill, *tp_est.decode)} == {128}
+    # Kimi-K3 at tp=1 runs 96 local heads, DeepSeek-V3 at tp=1 runs 128: different buckets, different numbers
+    assert kimi.tps[0].prefill[0].per_layer_ms != v3.tps[0].prefill[0].per_layer_ms
+
+
+def test_missing_native_is_refused_unless_substitution_is_allowed(db):
+    args = dict(model="moonshotai/Kimi-K2-Instruct", system="h200_sxm", backend="vllm", tps=[1, 8], isl=1024,
+                osl=64, batch=2)
+    with pytest.raises(E.NotCoveredError) as info:
+        estimate(db, **args)
+    assert "has no native-64 bucket for this key; it holds native head counts 128" in str(info.value)
+    est = estimate(db, **args, allow_substitute=True)
+    for tp_est in est.tps:
+        assert tp_est.substitutions == [
+            "native 64 is not measured in this table; answered from the nearest native bucket, 128 (allow_substitute)"]
+        assert all(c.components[0].native == 128 for c in tp_est.prefill)
+    assert any("no h200_sxm/vllm version holds a native-64 bucket" in n for n in est.notes)
+
+
+def test_deepseek_v4_flash_and_pro_differ_at_equal_local_heads(db):
+    common = dict(system="b200_sxm", backend="sglang", isl=2048, osl=256, batch=8)
+    flash = estimate(db, model="deepseek-ai/DeepSeek-V4-Flash", tps=[1], **common)  # 64 local heads
+    pro = estimate(db, model="deepseek-ai/DeepSeek-V4-Pro", tps=[2], **common)  # 64 local heads
+    assert flash.tps[0].local_heads == pro.tps[0].local_heads == 64
+
+    def per_layer(est, label, phase):
+        costs = est.tps[0].prefill if phase == "prefill" else est.tps[0].decode
+        return next(c for c in costs if c.label == label).per_layer_ms
+
+    for label in ("DSV4 CSA (ratio 4)", "DSV4 HCA (ratio 128)"):
+        for phase in ("prefill", "decode"):
+            f, p = per_layer(flash, label, phase), per_layer(pro, label, phase)
+            assert f != p and math.isfinite(f) and math.isfinite(p)
+    assert [(d["label"], d["count"]) for d in flash.to_dict()["not_included"]] == [
+        ("DSV4 ratio 0 (sliding window only)", 2)]
+    assert {c.components[0].native for c in flash.tps[0].prefill} == {64}
+    assert {c.components[0].native for c in pro.tps[0].prefill} == {128}
+
+
+def test_shared_indexer_layers_use_their_own_rows(db):
+    est = estimate(db, model="zai-org/GLM-5.2", system="h200_sxm", backend="sglang", tps=[8], isl=1024, osl=64,
+                   batch=2)
+    ops = {c.label: c.components[0].fields["op_name"] for c in est.tps[0].prefill}
+    assert ops == {"DSA indexer": "dsa_context_module", "DSA shared indexer": "dsa_context_module_skip_indexer"}
+    assert [(c.label, c.count) for c in est.tps[0].decode] == [("DSA indexer", 21), ("DSA shared indexer", 57)]
+
+
+def test_decode_mean_is_the_mean_of_the_steps(db):
+    est = estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm", tps=[4], isl=100,
+                   osl=9, batch=16, decode_mean=True)
+    gen = est.tps[0].decode[0].components[0]
+    steps = [db.query(table="mla_generation_module", system="h200_sxm", backend="vllm", version="0.24.0",
+                      model="deepseek-ai/DeepSeek-V3", tp_size=4, batch_size=16, step=s,
+                      kernel_source=gen.kernel_source, mla_dtype="bfloat16", kv_cache_dtype="bfloat16",
+                      gemm_type="bfloat16").latency_ms for s in range(100, 109)]
+    assert est.tps[0].decode_mean_ms == pytest.approx(61 * float(np.mean(steps)), rel=1e-9)
+    assert est.tps[0].decode_mean_kinds == {"exact": 0, "interpolated": 61 * 9, "extrapolated": 0}
+    assert est.decode_kv == 104
+
+
+def test_bad_requests(db):
+    with pytest.raises(E.ShardError) as info:
+        estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", tps=[1, 64], isl=1, osl=1, batch=1)
+    assert str(info.value).startswith("tp=64 does not divide the native head count 96 of moonshotai/Kimi-K3")
+    assert info.value.fix == "use tp sizes that divide it: 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96"
+    assert info.value.exit_code == 2
+    with pytest.raises(E.UnknownModelError):
+        estimate(db, model="acme/Nope", system="gb300", backend="vllm", isl=1, osl=1, batch=1)
+    with pytest.raises(E.UnknownTableError, match="no tables for system=gb300 backend=tensorrt"):
+        estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="tensorrt", isl=1, osl=1, batch=1)
+    with pytest.raises(E.UsageError, match="isl must be an integer >= 1"):
+        estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", isl=0, osl=1, batch=1)
+    with pytest.raises(E.NotCoveredError) as info:
+        estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", version="0.9.9", isl=1, osl=1,
+                 batch=1)
+    assert str(info.value).startswith("gb300/vllm 0.9.9 has no mla_context_module, mla_generation_module table(s)")
+    assert info.value.values["versions_holding"]["mla_context_module"] == ["0.24.0", "0.27.0"]
+    # a pinned version that holds the tables but not Kimi-K3's native: refused, never borrowed
+    with pytest.raises(E.NotCoveredError, match="has no native-96 bucket for this key; it holds native head counts 128"):
+        estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", version="0.24.0", isl=1024,
+                 osl=1, batch=1)
+
+
+def test_json_is_plain_data(db):
+    est = estimate(db, model="MiniMaxAI/MiniMax-M3", system="h200_sxm", backend="vllm", tps=[1, 2], isl=512,
+                   osl=32, batch=1)
+    doc = json.loads(json.dumps(est.to_dict()))
+    assert [(g["label"], g["count"]) for g in doc["layers"]] == [("GQA dense (MSA model)", 3), ("MSA sparse", 57)]
+    assert doc["tps"][1]["local_heads"] == 32
+    assert doc["decode_rule"] == "one decode step at kv length isl + osl // 2 = 528"

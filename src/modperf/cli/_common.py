@@ -35,6 +35,11 @@ ModelConfigsOpt = Annotated[
                  "MODPERF_MODEL_CONFIGS also works).", show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+PathsArg = Annotated[
+    list[Path] | None,
+    typer.Argument(help="Table files or folders (default: the whole data root).", show_default=False),
+]
+TableOpt = Annotated[str | None, typer.Option("--table", help="Only this table stem (e.g. mla_context_module).")]
 
 
 def _default(value: Any) -> Any:

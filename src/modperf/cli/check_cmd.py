@@ -14,7 +14,9 @@ from ..check import CheckReport, check
 from ..quality import Thresholds, assess
 from . import app
 from ._quality_view import print_quality
-from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, err_console, handles_errors, paths_or_none
+from ._common import (
+    DataRootOpt, JsonOpt, ModelConfigsOpt, PathsArg, TableOpt, console, emit_json, err_console, handles_errors, paths_or_none,
+)
 
 
 def _pct(x: float | None) -> str:
@@ -56,9 +58,8 @@ def print_report(report: CheckReport) -> None:
 @app.command("check")
 @handles_errors
 def check_command(
-    paths: Annotated[list[Path] | None, typer.Argument(help="Table files or folders (default: the whole data root).",
-                                                       show_default=False)] = None,
-    table: Annotated[str | None, typer.Option("--table", help="Only this table stem.")] = None,
+    paths: PathsArg = None,
+    table: TableOpt = None,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,

@@ -25,7 +25,9 @@ from ..coverage import (
 )
 from . import app
 from ._audit_format import short_count
-from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, err_console, handles_errors, paths_or_none
+from ._common import (
+    DataRootOpt, JsonOpt, ModelConfigsOpt, PathsArg, TableOpt, console, emit_json, err_console, handles_errors, paths_or_none,
+)
 
 LEGEND = ("cells: grid points; [green]green[/] = measured for this native (tp-chain rows or tp=1 sweep rows at "
           "local = native/tp), [yellow]yellow[/] = answerable only through the local key (local-only tables), "
@@ -125,12 +127,11 @@ def print_model(result: ModelCoverage) -> None:
 @app.command("coverage")
 @handles_errors
 def coverage_command(
-    paths: Annotated[list[Path] | None, typer.Argument(help="Table files or folders (default: the whole data root).",
-                                                       show_default=False)] = None,
+    paths: PathsArg = None,
     system: Annotated[str | None, typer.Option("--system", help="Only this system.")] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Only this backend.")] = None,
     version: Annotated[str | None, typer.Option("--version", help="Only this backend version.")] = None,
-    table: Annotated[str | None, typer.Option("--table", help="Only this table stem.")] = None,
+    table: TableOpt = None,
     diff: Annotated[tuple[str, str] | None, typer.Option("--diff", metavar="V1 V2",
                                                          help="What moving from version V1 to V2 gains and loses.")] = None,
     model: Annotated[str | None, typer.Option("--model", metavar="ID",

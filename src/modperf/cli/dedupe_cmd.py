@@ -13,7 +13,9 @@ from rich.table import Table
 from ..dedupe import DEFAULT_EXAMPLES, DEFAULT_TOLERANCE, DedupeReport, dedupe
 from . import app
 from ._audit_format import compact_key, pct as _pct, short_label
-from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, err_console, handles_errors, paths_or_none
+from ._common import (
+    DataRootOpt, JsonOpt, ModelConfigsOpt, PathsArg, TableOpt, console, emit_json, err_console, handles_errors, paths_or_none,
+)
 
 
 def print_report(report: DedupeReport) -> None:
@@ -79,9 +81,8 @@ def print_report(report: DedupeReport) -> None:
 @app.command("dedupe")
 @handles_errors
 def dedupe_command(
-    paths: Annotated[list[Path] | None, typer.Argument(help="Table files or folders (default: the whole data root).",
-                                                       show_default=False)] = None,
-    table: Annotated[str | None, typer.Option("--table", help="Only this table stem.")] = None,
+    paths: PathsArg = None,
+    table: TableOpt = None,
     write: Annotated[Path | None, typer.Option("--write", metavar="OUT_DIR",
                                                help="Write de-duplicated, verified tables under OUT_DIR.")] = None,
     tolerance: Annotated[float, typer.Option("--tolerance", help="Relative spread (max/min - 1) above which an "

@@ -31,9 +31,8 @@ import numpy as np
 
 import modperf
 from modperf.families import family_of
-from modperf.families.base import HEADS, Tier
 from modperf.interp import REFUSED
-from modperf.query import TableIndex, build_grid
+from modperf.query import TableIndex, build_grid, heads_is_axis
 
 FAMILY_ORDER = ("gqa", "mla_kernel", "mla_module", "dsa", "dsv4", "msa", "sparse_kernel")
 
@@ -92,7 +91,7 @@ def run(systems: list[str] | None, per_table: int, seed: int, families: set[str]
             continue
         keyed = db.load(ref)
         index = TableIndex.build(keyed)
-        heads_axis = keyed.family.tier is not Tier.NATIVE
+        heads_axis = heads_is_axis(keyed)
         group_of_bucket = {}
         for g, buckets in index.groups.items():
             for b in buckets:

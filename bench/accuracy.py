@@ -1,20 +1,31 @@
 """Leave-one-out accuracy of modperf's interpolation on the real corpus.
 
-For sampled grid points of every head-bearing table of the chosen systems: drop the point,
-rebuild its group's grid from the rest (the library's own ragged-grid fill, blend and
-extrapolation rules), query the point, and compare with the measurement.
+For sampled grid points of every table of the chosen systems: drop the point, rebuild its
+group's grid from the rest (``query.build_grid``: the library's own fitted coordinates,
+ragged-grid fill, blend and extrapolation rules), query the point (``Grid.lookup``, the path
+``db.query`` takes), and compare with the measurement. Nothing is tuned on the held-out point.
 
-- *interior* points have measured neighbours on both sides along every axis their line varies
-  on (batch, sequence, prefix): relative error |pred / measured - 1|, n / median / p90.
+- *interior* points have measured neighbours on both sides along every axis their bucket's
+  line varies on (batch, sequence, prefix): relative error |pred / measured - 1|, n / median /
+  p90. Dropping one point leaves a hole in the lattice: this measures the fill of a missing
+  cell (axis estimates combined by their expected errors).
+- *off-lattice* points: the same kind of point, but its whole lattice plane along one axis is
+  dropped (every point of the group with that batch, isl, step or local head count; the axis
+  cycles over the point's varying axes and, where it is not at an end, local heads), so the
+  query falls between lattice values: this measures the blend a user's off-grid query gets
+  (at twice the measured spacing).
 - *frontier* points are the largest batch or sequence value of their line (the shape a user
   asks for just past the grid): reported separately with signed error, since there modperf
   extrapolates (roofline utilisation held) or fills the ragged edge.
 
 Points at the small end of an axis (batch 1, the smallest isl) are neither. Latencies of 0 ms
-(sparse top-k no-ops) are skipped: a relative error is undefined there.
+(sparse top-k no-ops) are skipped: a relative error is undefined there. OVERALL and the
+context / generation lines count head-bearing tables only; GEMM tables (no head axis; model
+estimates add GQA projections from them) are reported on their own line. The sample is drawn
+per table (the same number from each), so every table weighs the same.
 
-    python bench/accuracy.py                     # h200_sxm, 60 points per table
-    python bench/accuracy.py --system all --per-table 20
+    python bench/accuracy.py                     # h200_sxm: 200 interior, 60 off-lattice, 60 frontier per table
+    python bench/accuracy.py --system all --per-table 40 --off-lattice 10 --frontier 10
     python bench/accuracy.py --tables            # also one row per table
 
 Prints tables; asserts nothing.
@@ -31,15 +42,15 @@ import numpy as np
 
 import modperf
 from modperf.families import family_of
-from modperf.families.base import HEADS, Tier
 from modperf.interp import REFUSED
-from modperf.query import TableIndex, build_grid
+from modperf.query import TableIndex, build_grid, heads_is_axis
 
-FAMILY_ORDER = ("gqa", "mla_kernel", "mla_module", "dsa", "dsv4", "msa", "sparse_kernel")
+FAMILY_ORDER = ("gqa", "mla_kernel", "mla_module", "dsa", "dsv4", "msa", "sparse_kernel", "gemm")
 
 
-def classify(keyed: modperf.KeyedTable, b: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per point of bucket ``b``: interior mask and frontier mask (see module doc)."""
+def classify(keyed: modperf.KeyedTable, b: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per point of bucket ``b``: interior mask, frontier mask (see module doc), and the axes
+    the bucket varies on."""
     lo, hi = int(keyed.offsets[b]), int(keyed.offsets[b + 1])
     spec = keyed.spec
     ax = {a: keyed.axes[a][lo:hi] for a in spec.axes}
@@ -48,7 +59,7 @@ def classify(keyed: modperf.KeyedTable, b: int) -> tuple[np.ndarray, np.ndarray]
     frontier = np.zeros(n, dtype=bool)
     varying = [a for a in spec.axes if np.unique(ax[a]).size > 1]
     if not varying:
-        return np.zeros(n, dtype=bool), frontier
+        return np.zeros(n, dtype=bool), frontier, varying
     frontier_axes = {"batch_size", "num_tokens", spec.seq_axis or "isl"}
     for a in varying:
         others = [o for o in spec.axes if o != a]
@@ -67,22 +78,23 @@ def classify(keyed: modperf.KeyedTable, b: int) -> tuple[np.ndarray, np.ndarray]
         interior &= has_lo & has_hi
         if a in frontier_axes:
             frontier |= has_lo & ~has_hi
-    return interior, frontier & ~interior
+    return interior, frontier & ~interior, varying
 
 
-def run(systems: list[str] | None, per_table: int, seed: int, families: set[str] | None,
-        show_tables: bool) -> int:
+def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: int, seed: int,
+        families: set[str] | None, show_tables: bool) -> int:
     db = modperf.open()
     rng = np.random.default_rng(seed)
     inner: dict[str, list[float]] = defaultdict(list)
+    plane: dict[str, list[float]] = defaultdict(list)
     front: dict[str, list[float]] = defaultdict(list)
     refused: dict[str, int] = defaultdict(int)
-    per_table_rows = []
+    rows_out = []  # (label, family/phase, head-bearing, interior errs, off-lattice errs, frontier errs)
     started = time.perf_counter()
     refs = [r for r in db.catalog.select(physical=False) if family_of(r.table) is not None
             and (systems is None or r.system in systems)]
-    # a reused slot answers from its donor's file: evaluate each physical file once
-    seen = set()
+    seen = set()  # a reused slot answers from its donor's file: evaluate each physical file once
+    builds = 0
     for ref in sorted(refs, key=lambda r: (r.system, r.backend, r.version, r.table)):
         if ref.path in seen:
             continue
@@ -92,38 +104,77 @@ def run(systems: list[str] | None, per_table: int, seed: int, families: set[str]
             continue
         keyed = db.load(ref)
         index = TableIndex.build(keyed)
-        heads_axis = keyed.family.tier is not Tier.NATIVE
-        group_of_bucket = {}
-        for g, buckets in index.groups.items():
-            for b in buckets:
-                group_of_bucket[b] = g
-        candidates_in, candidates_fr = [], []
+        heads_axis = heads_is_axis(keyed)
+        group_of_bucket = {b: g for g, buckets in index.groups.items() for b in buckets}
+        cand_in, cand_fr = [], []
+        varying_of = {}
         for b in range(keyed.n_buckets):
-            interior, frontier = classify(keyed, b)
+            interior, front_mask, varying = classify(keyed, b)
+            varying_of[b] = varying
             base = int(keyed.offsets[b])
-            candidates_in += [(b, base + int(i)) for i in np.flatnonzero(interior)]
-            candidates_fr += [(b, base + int(i)) for i in np.flatnonzero(frontier)]
-        t_in, t_fr = [], []
-        for candidates, sink, table_sink in ((candidates_in, inner, t_in), (candidates_fr, front, t_fr)):
-            if not candidates:
+            cand_in += [(b, base + int(i)) for i in np.flatnonzero(interior)]
+            cand_fr += [(b, base + int(i)) for i in np.flatnonzero(front_mask)]
+        key = family.name + "/" + keyed.spec.phase
+        t_in, t_pl, t_fr = [], [], []
+
+        def predict(b: int, p: int, drop: int | np.ndarray) -> float | None:
+            grid = build_grid(index, group_of_bucket[b], ref.system, drop_point=drop)
+            point = ([int(keyed.bucket_local[b])] if heads_axis else []) + [int(keyed.axes[a][p]) for a in keyed.spec.axes]
+            found = grid.lookup(point)
+            return None if found.kind == REFUSED else found.latency_ms
+
+        def group_rows(b: int) -> np.ndarray:
+            return np.concatenate([np.arange(keyed.offsets[c], keyed.offsets[c + 1]) for c in index.groups[group_of_bucket[b]]])
+
+        pick_in = rng.permutation(len(cand_in))[:per_table] if cand_in else []
+        for j, c in enumerate(pick_in):
+            b, p = cand_in[c]
+            measured = float(keyed.latency[p])
+            if measured <= 0:
                 continue
-            pick = rng.choice(len(candidates), size=min(per_table, len(candidates)), replace=False)
-            for j in sorted(pick):
-                b, p = candidates[j]
-                measured = float(keyed.latency[p])
-                if measured <= 0:
-                    continue
-                grid = build_grid(index, group_of_bucket[b], ref.system, drop_point=p)
-                point = ([int(keyed.bucket_local[b])] if heads_axis else []) + [int(keyed.axes[a][p]) for a in keyed.spec.axes]
-                found = grid.lookup(point)
-                if found.kind == REFUSED:
-                    refused[family.name + (" interior" if sink is inner else " frontier")] += 1
-                    continue
-                err = found.latency_ms / measured - 1.0
-                sink[family.name + "/" + keyed.spec.phase].append(err)
-                table_sink.append(err)
-        if show_tables and (t_in or t_fr):
-            per_table_rows.append((ref.label, t_in, t_fr))
+            got = predict(b, p, p)
+            builds += 1
+            if got is None:
+                refused[key + " interior"] += 1
+            else:
+                inner[key].append(got / measured - 1.0)
+                t_in.append(got / measured - 1.0)
+            if j >= off_lattice:
+                continue
+            # off-lattice: drop the point's whole lattice plane along one of its axes
+            axes = list(varying_of[b])
+            rows = group_rows(b)
+            if heads_axis:
+                locals_ = np.unique(keyed.bucket_local[index.groups[group_of_bucket[b]]])
+                if locals_.size >= 3 and locals_[0] < keyed.bucket_local[b] < locals_[-1]:
+                    axes.append("num_heads")
+            a = axes[j % len(axes)]
+            if a == "num_heads":
+                bucket_of_row = np.searchsorted(keyed.offsets, rows, side="right") - 1
+                drop = rows[keyed.bucket_local[bucket_of_row] == keyed.bucket_local[b]]
+            else:
+                drop = rows[keyed.axes[a][rows] == keyed.axes[a][p]]
+            got = predict(b, p, drop)
+            builds += 1
+            if got is None:
+                refused[key + " off-lattice"] += 1
+            else:
+                plane[key].append(got / measured - 1.0)
+                t_pl.append(got / measured - 1.0)
+        pick_fr = rng.permutation(len(cand_fr))[:frontier] if cand_fr else []
+        for c in pick_fr:
+            b, p = cand_fr[c]
+            measured = float(keyed.latency[p])
+            if measured <= 0:
+                continue
+            got = predict(b, p, p)
+            builds += 1
+            if got is None:
+                refused[key + " frontier"] += 1
+            else:
+                front[key].append(got / measured - 1.0)
+                t_fr.append(got / measured - 1.0)
+        rows_out.append((ref.label, key, family.head_bearing, t_in, t_pl, t_fr))
     seconds = time.perf_counter() - started
 
     def stats(errs: list[float]) -> str:
@@ -139,48 +190,75 @@ def run(systems: list[str] | None, per_table: int, seed: int, families: set[str]
         return (f"{e.size:>6d} {100 * np.median(np.abs(e)):7.2f}% {100 * np.median(e):+8.2f}% "
                 f"{100 * np.mean(e):+8.2f}%")
 
+    head_bearing = {k: hb for _, k, hb, *_ in rows_out}
     label = ",".join(systems) if systems else "all systems"
-    print(f"leave-one-out on {label}: {per_table} interior + {per_table} frontier points per table "
-          f"(seed {seed}), {len(seen)} tables, {seconds:.1f} s")
-    print(f"\n{'family/phase':28s} {'n':>6s} {'median':>8s} {'p90':>8s}   |  frontier: {'n':>6s} "
-          f"{'|median|':>8s} {'median':>9s} {'mean':>9s}")
-    keys = sorted(set(inner) | set(front), key=lambda k: (FAMILY_ORDER.index(k.split('/')[0])
-                                                          if k.split('/')[0] in FAMILY_ORDER else 99, k))
+    print(f"leave-one-out on {label}: up to {per_table} interior ({off_lattice} of them also off-lattice) and "
+          f"{frontier} frontier points per table (seed {seed}), {len(rows_out)} tables, {builds} grid builds, "
+          f"{seconds:.1f} s")
+    print(f"\n{'family/phase':24s} {'interior n':>10s} {'median':>8s} {'p90':>8s} | {'off-lattice n':>13s} "
+          f"{'median':>8s} {'p90':>8s} | {'frontier n':>10s} {'|median|':>8s} {'median':>9s} {'mean':>9s}")
+    keys = sorted(set(inner) | set(front) | set(plane), key=lambda k: (
+        FAMILY_ORDER.index(k.split("/")[0]) if k.split("/")[0] in FAMILY_ORDER else 99, k))
     for k in keys:
-        print(f"{k:28s} {stats(inner[k])}   |  {'':9s} {signed(front[k])}")
-    all_in = [e for v in inner.values() for e in v]
-    all_fr = [e for v in front.values() for e in v]
-    ctx_in = [e for k, v in inner.items() if k.endswith("/context") for e in v]
-    gen_in = [e for k, v in inner.items() if not k.endswith("/context") for e in v]
-    print(f"{'context tables':28s} {stats(ctx_in)}")
-    print(f"{'generation + kernel tables':28s} {stats(gen_in)}")
-    print(f"{'OVERALL':28s} {stats(all_in)}   |  {'':9s} {signed(all_fr)}")
+        print(f"{k:24s} {stats(inner[k]):>28s} | {stats(plane[k]):>31s} | {signed(front[k]):>38s}")
+
+    def pool(d: dict[str, list[float]], where) -> list[float]:  # noqa: ANN001
+        return [e for k, v in d.items() if head_bearing.get(k, True) and where(k) for e in v]
+
+    print()
+    for name, where in (("context tables", lambda k: k.endswith("/context")),
+                        ("generation + kernel tables", lambda k: not k.endswith("/context")),
+                        ("OVERALL (head-bearing)", lambda k: True)):
+        print(f"{name:24s} {stats(pool(inner, where)):>28s} | {stats(pool(plane, where)):>31s} | "
+              f"{signed(pool(front, where)):>38s}")
+    gemm = [k for k in keys if not head_bearing.get(k, True)]
+    for k in gemm:
+        print(f"{k + ' (not in OVERALL)':24s} {stats(inner[k]):>28s} | {stats(plane[k]):>31s}")
     if refused:
-        print("refused (beyond the extrapolation limit once the point is dropped): "
+        print("refused (beyond the extrapolation limit once the points are dropped): "
               + ", ".join(f"{k} {v}" for k, v in sorted(refused.items())))
+    biases = [(np.median(t_fr), lbl) for lbl, _, hb, _, _, t_fr in rows_out if hb and len(t_fr) >= 5]
+    if biases:
+        lo, hi = min(biases), max(biases)
+        print(f"frontier bias (median signed error) per table: {100 * lo[0]:+.2f}% ({lo[1]}) to "
+              f"{100 * hi[0]:+.2f}% ({hi[1]})")
+    all_in = pool(inner, lambda k: True)
     if all_in:
         e = np.abs(np.asarray(all_in))
         med, p90 = 100 * np.median(e), 100 * np.percentile(e, 90)
-        print(f"goals: overall median {med:.2f}% vs <= 1.0% ({med / 1.0:.2f}x), p90 {p90:.2f}% vs <= 6% "
+        print(f"goals: overall interior median {med:.2f}% vs <= 1.0% ({med / 1.0:.2f}x), p90 {p90:.2f}% vs <= 6% "
               f"({p90 / 6.0:.2f}x)")
+
+    def table_row(lbl: str, t_in: list[float], t_pl: list[float], t_fr: list[float]) -> str:
+        return f"{lbl:68s} {stats(t_in):>24s} | {stats(t_pl):>24s} | {signed(t_fr):>36s}"
+
+    header = (f"{'table':68s} {'interior n':>10s} {'median':>6s} {'p90':>6s} | {'off-lat n':>9s} {'median':>6s} "
+              f"{'p90':>6s} | {'frontier n':>10s} {'|med|':>6s} {'median':>8s} {'mean':>8s}")
+    ranked = sorted((r for r in rows_out if r[3]), key=lambda r: -np.percentile(np.abs(r[3]), 90))
+    print("\nworst tables by interior p90:\n" + header)
+    for lbl, _, hb, t_in, t_pl, t_fr in ranked[:8]:
+        print(table_row(lbl + ("" if hb else " (gemm)"), t_in, t_pl, t_fr))
     if show_tables:
-        print(f"\n{'table':70s} {'n':>6s} {'median':>8s} {'p90':>8s}   |  frontier {'n':>6s} {'|median|':>8s} "
-              f"{'median':>9s} {'mean':>9s}")
-        for name, t_in, t_fr in per_table_rows:
-            print(f"{name:70s} {stats(t_in)}   |  {'':8s} {signed(t_fr)}")
+        print("\nevery table:\n" + header)
+        for lbl, _, hb, t_in, t_pl, t_fr in rows_out:
+            print(table_row(lbl, t_in, t_pl, t_fr))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--system", default="h200_sxm", help="system name, comma list, or 'all'")
-    parser.add_argument("--per-table", type=int, default=60, help="points sampled per table and class")
+    parser.add_argument("--per-table", type=int, default=200, help="interior points sampled per table")
+    parser.add_argument("--off-lattice", type=int, default=60,
+                        help="of those, how many are also predicted with their lattice plane dropped")
+    parser.add_argument("--frontier", type=int, default=60, help="frontier points sampled per table")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--family", action="append", help="only these families (repeatable)")
     parser.add_argument("--tables", action="store_true", help="print one row per table")
     args = parser.parse_args(argv)
     systems = None if args.system == "all" else args.system.split(",")
-    return run(systems, args.per_table, args.seed, set(args.family) if args.family else None, args.tables)
+    return run(systems, args.per_table, args.off_lattice, args.frontier, args.seed,
+               set(args.family) if args.family else None, args.tables)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Grid lookup on small hand-made grids: exact hits, blends, the ragged fill, extrapolation and
-its limit, scalar/vector agreement, and properties (hypothesis)."""
+"""Grid lookup on small hand-made grids: exact hits, blends in the fitted axis coordinate, the
+ragged fill (axis estimates combined by their expected errors), extrapolation and its limit,
+scalar/vector agreement, and properties (hypothesis)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from modperf import interp
 from modperf.interp import (
+    CURVATURES,
     EXACT,
     EXTRAPOLATED,
     EXTRAPOLATED_CELL,
     INTERPOLATED,
     INTERPOLATED_CELL,
-    LIN,
     REFUSED,
-    SQRT,
     UNCOVERED_CELL,
     Grid,
+    curve,
 )
+
+BATCH = (1, 2, 4, 8)
+ISL = (16, 32, 64, 128)
 
 
 def work_roofline(values):  # noqa: ANN001,ANN201  (batch, isl): affine in batch, quadratic in isl
@@ -29,15 +34,14 @@ def work_roofline(values):  # noqa: ANN001,ANN201  (batch, isl): affine in batch
     return b * (s * s + 100.0 * s)
 
 
-def make(points: dict[tuple[int, int], float], *, curved: str | None = None, scales=None) -> Grid:  # noqa: ANN001
+def make(points: dict[tuple[int, int], float]) -> Grid:
     keys = sorted(points)
     pts = {"batch_size": np.array([k[0] for k in keys]), "isl": np.array([k[1] for k in keys])}
     lat = np.array([points[k] for k in keys])
-    return Grid(("batch_size", "isl"), pts, lat, scales or {"batch_size": LIN, "isl": LIN}, work_roofline,
-                curved_axis=curved)
+    return Grid(("batch_size", "isl"), pts, lat, work_roofline)
 
 
-FULL = {(b, s): 0.01 * b * s + 0.1 for b in (1, 2, 4, 8) for s in (16, 32, 64, 128)}
+FULL = {(b, s): 0.01 * b * s + 0.1 for b in BATCH for s in ISL}
 
 
 def test_exact_hit_returns_the_stored_value_bit_for_bit() -> None:
@@ -52,6 +56,7 @@ def test_exact_hit_returns_the_stored_value_bit_for_bit() -> None:
 
 def test_linear_blend_between_neighbours() -> None:
     g = make(FULL)
+    assert g.curvature == [0.0, 0.0]  # bilinear data: the linear coordinate predicts it exactly
     # batch 3 between 2 and 4 (t = 0.5), isl 48 between 32 and 64 (t = 0.5)
     expected = 0.25 * (FULL[(2, 32)] + FULL[(2, 64)] + FULL[(4, 32)] + FULL[(4, 64)])
     got = g.lookup([3, 48])
@@ -59,33 +64,84 @@ def test_linear_blend_between_neighbours() -> None:
     assert got.latency_ms == pytest.approx(expected, rel=1e-12)
 
 
-def test_sqrt_scale_blends_in_sqrt_space() -> None:
-    g = make(FULL, scales={"batch_size": LIN, "isl": SQRT})
-    t = (math.sqrt(48) - math.sqrt(32)) / (math.sqrt(64) - math.sqrt(32))
-    expected = FULL[(2, 32)] * (1 - t) + FULL[(2, 64)] * t
-    assert g.lookup([2, 48]).latency_ms == pytest.approx(expected, rel=1e-12)
+@pytest.mark.parametrize("k", [4.0 ** -4, -(4.0 ** -3)])
+def test_axis_coordinate_is_the_curvature_that_predicts_the_grid_best(k: float) -> None:
+    # latency affine in u(isl) of curvature k (convex: linear + quadratic; concave: saturating)
+    # and linear in batch: leave-one-out along isl is exact for that k only
+    isl = (16, 32, 64, 128, 256)
+    truth = {(b, s): b * (0.05 + 0.01 * curve(float(s), k)) for b in BATCH for s in isl}
+    g = make(truth)
+    assert k in CURVATURES and g.curvature == [0.0, k]
+    # a query between lattice values blends in that coordinate: t = (u(48) - u(32)) / (u(64) - u(32))
+    t = (curve(48.0, k) - curve(32.0, k)) / (curve(64.0, k) - curve(32.0, k))
+    expected = truth[(2, 32)] + t * (truth[(2, 64)] - truth[(2, 32)])
+    got = g.lookup([2, 48])
+    assert got.kind == INTERPOLATED
+    assert got.latency_ms == pytest.approx(expected, rel=1e-12)
+    assert got.latency_ms == pytest.approx(2 * (0.05 + 0.01 * curve(48.0, k)), rel=1e-12)
 
 
-def test_curved_axis_blends_in_roofline_time() -> None:
-    g = make(FULL, curved="isl")
-    r = lambda s: work_roofline((2.0, float(s)))  # noqa: E731
-    t = (r(48) - r(32)) / (r(64) - r(32))
-    expected = FULL[(2, 32)] * (1 - t) + FULL[(2, 64)] * t
-    assert g.lookup([2, 48]).latency_ms == pytest.approx(expected, rel=1e-12)
+def _line(points: dict[tuple[int, int], float], cell: tuple[int, int], axis: int) -> tuple[tuple, tuple]:
+    """The nearest measured cells strictly below and above ``cell`` along ``axis`` (or None)."""
+    other = 1 - axis
+    line = sorted(p for p in points if p[other] == cell[other])
+    below = [p for p in line if p[axis] < cell[axis]]
+    above = [p for p in line if p[axis] > cell[axis]]
+    return (below[-1] if below else None), (above[0] if above else None)
 
 
-def test_ragged_hole_filled_along_the_narrowest_roofline_bracket() -> None:
-    pts = dict(FULL)
+def _blend(points: dict, cell: tuple[int, int], axis: int, k: float) -> float | None:
+    lo, hi = _line(points, cell, axis)
+    if lo is None or hi is None:
+        return None
+    u = lambda p: curve(float(p[axis]), k)  # noqa: E731
+    return points[lo] + (u(cell) - u(lo)) / (u(hi) - u(lo)) * (points[hi] - points[lo])
+
+
+def _loo(points: dict, cell: tuple[int, int] | None, axis: int, k: float) -> float | None:
+    """Leave-one-out error of the axis blend at a measured cell (its own nearest neighbours)."""
+    if cell is None or cell not in points:
+        return None
+    est = _blend(points, cell, axis, k)
+    return None if est is None else abs(est / points[cell] - 1.0)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return sum(kept) / len(kept) if kept else None
+
+
+def test_ragged_hole_combines_the_axis_estimates_weighted_by_their_errors_nearby() -> None:
+    # uneven data (each axis's blend has its own errors), and a hole at (4, 64)
+    pts = {(b, s): 0.01 * b * s + 0.1 + 0.002 * ((7 * b + 3 * s) % 5) for b in BATCH for s in ISL}
     del pts[(4, 64)]
     g = make(pts)
-    cell = (int(np.searchsorted(g.values[0], 4)), int(np.searchsorted(g.values[1], 64)))
-    assert g.state[cell] == INTERPOLATED_CELL
-    # bracket along batch: 2 -> 8, roofline x4; along isl: 32 -> 128, roofline x6.9: batch wins,
-    # blended linearly at t = (4 - 2) / (8 - 2)
-    expected = FULL[(2, 64)] * (1 - 1 / 3) + FULL[(8, 64)] * (1 / 3)
-    hit = g.lookup([4, 64])
+    hole = (4, 64)
+    assert g.state[BATCH.index(4), ISL.index(64)] == INTERPOLATED_CELL
+    lattice = (BATCH, ISL)
+    num = den = 0.0
+    for axis in (0, 1):
+        k = g.curvature[axis]
+        est = _blend(pts, hole, axis, k)
+        lo, hi = _line(pts, hole, axis)
+        line = _mean([_loo(pts, lo, axis, k), _loo(pts, hi, axis, k)])  # at the bracket ends
+        other = 1 - axis
+        j = lattice[other].index(hole[other])
+        side = []
+        for step in (-1, 1):  # the same blend one line over, along the other axis
+            if 0 <= j + step < len(lattice[other]):
+                cell = list(hole)
+                cell[other] = lattice[other][j + step]
+                side.append(_loo(pts, tuple(cell), axis, k))
+        err = _mean([line, _mean(side)])
+        w = 1.0 / (err * err + 0.005 ** 2)
+        num, den = num + w * est, den + w
+    hit = g.lookup(list(hole))
     assert hit.kind == INTERPOLATED
-    assert hit.latency_ms == pytest.approx(expected, rel=1e-12)
+    assert hit.latency_ms == pytest.approx(num / den, rel=1e-12)
+    # the two axes disagree, and the answer lies between them
+    along = sorted(_blend(pts, hole, a, g.curvature[a]) for a in (0, 1))
+    assert along[0] < hit.latency_ms < along[1]
 
 
 def test_missing_corner_is_extrapolated_by_roofline_and_labelled() -> None:
@@ -120,16 +176,38 @@ def test_far_ragged_region_is_uncovered() -> None:
     assert g.lookup([8, 128]).kind == REFUSED
 
 
-@settings(max_examples=60, deadline=None)
-@given(b=st.integers(1, 8), s=st.integers(16, 128))
-def test_scalar_and_vector_paths_agree(b: int, s: int) -> None:
-    pts = dict(FULL)
+def _quadratic_grid() -> tuple[Grid, dict]:
+    """Convex in isl (a fitted curvature), a missing corner (extrapolated cells), uncovered far."""
+    pts = {(b, s): b * (0.05 + 0.01 * s + s * s / 2e4) for b in BATCH for s in ISL}
     del pts[(8, 128)]
-    g = make(pts, curved="isl")
+    return make(pts), pts
+
+
+@settings(max_examples=80, deadline=None)
+@given(b=st.integers(0, 24), s=st.integers(8, 300))
+def test_scalar_and_vector_paths_agree_bit_for_bit(b: int, s: int) -> None:
+    g, _ = _quadratic_grid()
     one = g.lookup([b, s])
-    lat, kind = g.lookup_many([np.array([b]), np.array([s])])
+    lat, kind = g.lookup_many([np.array([b, 1]), np.array([s, 16])])
     assert kind[0] == one.kind
-    assert lat[0] == pytest.approx(one.latency_ms, rel=1e-12)
+    assert lat[0] == one.latency_ms or (math.isnan(lat[0]) and math.isnan(one.latency_ms))
+    # a scalar column (one value for every point) takes the same path
+    lat2, kind2 = g.lookup_many([b, np.array([s, s])])
+    assert kind2.tolist() == [one.kind] * 2
+    assert lat2[0] == one.latency_ms or (math.isnan(lat2[0]) and math.isnan(one.latency_ms))
+
+
+def test_large_vectorised_calls_are_chunked_without_changing_answers() -> None:
+    g, _ = _quadratic_grid()
+    rng = np.random.default_rng(3)
+    n = 3 * interp._CHUNK + 17
+    b, s = rng.integers(0, 20, n), rng.integers(8, 260, n)
+    lat, kind = g.lookup_many([b, s])
+    for j in rng.choice(n, 300, replace=False):
+        one = g.lookup([int(b[j]), int(s[j])])
+        assert kind[j] == one.kind
+        assert lat[j] == one.latency_ms or (math.isnan(lat[j]) and math.isnan(one.latency_ms))
+    assert set(kind.tolist()) == {EXACT, INTERPOLATED, EXTRAPOLATED, REFUSED}
 
 
 @settings(max_examples=60, deadline=None)
@@ -137,16 +215,18 @@ def test_scalar_and_vector_paths_agree(b: int, s: int) -> None:
 def test_exact_hit_identity_property(data: st.DataObject) -> None:
     values = data.draw(st.lists(st.floats(1e-4, 1e3, allow_nan=False), min_size=16, max_size=16))
     pts = {k: v for k, v in zip(sorted(FULL), values)}
-    g = make(pts, curved="isl")
+    g = make(pts)
     key = data.draw(st.sampled_from(sorted(pts)))
     hit = g.lookup(list(key))
     assert hit.kind == EXACT and hit.latency_ms == pts[key]
+    lat, kind = g.lookup_many([np.array([key[0]]), np.array([key[1]])])
+    assert kind[0] == EXACT and lat[0] == pts[key]
 
 
 @settings(max_examples=80, deadline=None)
 @given(b0=st.integers(1, 8), b1=st.integers(1, 8), s=st.integers(16, 128))
 def test_monotone_data_gives_monotone_answers(b0: int, b1: int, s: int) -> None:
-    g = make(FULL, curved="isl")  # latency grows with batch and with isl
+    g, _ = _quadratic_grid()  # latency grows with batch and with isl
     lo, hi = sorted((b0, b1))
     assert g.lookup([lo, s]).latency_ms <= g.lookup([hi, s]).latency_ms
     s2 = min(128, s + 7)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import modperf
 from modperf import errors as E
+from modperf.interp import CURVATURES, curve
 
 GB300 = dict(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0",
              kernel_source="FLASH_ATTN", mla_dtype="bfloat16", kv_cache_dtype="bfloat16", gemm_type="bfloat16")
@@ -59,20 +60,59 @@ def test_exact_hits_are_the_stored_values(db: modperf.Database, row: int) -> Non
 
 
 def test_interpolation_equals_a_hand_blend_of_the_real_neighbours(db: modperf.Database) -> None:
-    # generation tables blend linearly in the cached length: step 1500 sits between 1023 and 2047
+    # generation tables blend linearly in u(step), the coordinate fitted to the group (docs/
+    # queries.md): step 1500 sits between 1023 and 2047
     q = dict(GQA_GEN, num_heads=32, batch_size=16)
+    grid = db.queries.grid(q)
     [v0] = stored(db, GQA_GEN, num_heads=32, batch_size=16, step=1023)
     [v1] = stored(db, GQA_GEN, num_heads=32, batch_size=16, step=2047)
-    t = (1500 - 1023) / (2047 - 1023)
+    k = grid.curvature[grid.axes.index("step")]
+    t = (curve(1500.0, k) - curve(1023.0, k)) / (curve(2047.0, k) - curve(1023.0, k))
     answer = db.query(**q, step=1500)
     assert answer.kind == "interpolated"
-    assert answer.latency_ms == pytest.approx(v0 * (1 - t) + v1 * t, rel=1e-12)
-    # and across local heads: 80 between the measured 64 and 96, linear in heads
+    assert answer.latency_ms == pytest.approx(v0 + t * (v1 - v0), rel=1e-12)
+    # and across local heads: 80 between the measured 64 and 96, in u(heads)
     [h64] = stored(db, GQA_GEN, num_heads=64, batch_size=16, step=1023)
     [h96] = stored(db, GQA_GEN, num_heads=96, batch_size=16, step=1023)
+    k = grid.curvature[grid.axes.index("num_heads")]
+    t = (curve(80.0, k) - curve(64.0, k)) / (curve(96.0, k) - curve(64.0, k))
     between = db.query(**dict(q, num_heads=80), step=1023)
     assert between.locals_used == (64, 96)
-    assert between.latency_ms == pytest.approx(0.5 * (h64 + h96), rel=1e-12)
+    assert between.latency_ms == pytest.approx(h64 + t * (h96 - h64), rel=1e-12)
+
+
+@pytest.mark.parametrize("axis", ["step", "batch_size"])
+def test_fitted_coordinate_is_the_best_leave_one_out_curvature_of_the_real_lines(db: modperf.Database,
+                                                                               axis: str) -> None:
+    # every line of the group along the axis (the other key columns fixed), read from the file:
+    # predict each measured point from its nearest measured neighbours on the line, for every
+    # candidate curvature; the grid's coordinate is the one with the least mean error (each
+    # point's error capped at 50 %)
+    path = db.ref(GQA_GEN["system"], GQA_GEN["backend"], GQA_GEN["version"], GQA_GEN["table"]).path
+    rows = pq.read_table(path).to_pydict()
+    others = [c for c in ("num_heads", "batch_size", "step") if c != axis]
+    lines: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for i in range(len(rows["latency"])):
+        if all(rows[c][i] == v for c, v in GQA_GEN.items() if c in rows):
+            lines.setdefault(tuple(rows[c][i] for c in others), []).append((rows[axis][i], rows["latency"][i]))
+
+    def score(k: float) -> float:
+        errs = []
+        for line in lines.values():
+            line.sort()
+            for (x0, y0), (x, y), (x1, y1) in zip(line, line[1:], line[2:]):
+                if y > 0:
+                    t = (curve(float(x), k) - curve(float(x0), k)) / (curve(float(x1), k) - curve(float(x0), k))
+                    errs.append(min(abs((y0 + t * (y1 - y0)) / y - 1.0), 0.5))
+        return sum(errs) / len(errs)
+
+    scores = {k: score(k) for k in CURVATURES}
+    grid = db.queries.grid(dict(GQA_GEN, num_heads=32))
+    chosen = grid.curvature[grid.axes.index(axis)]
+    assert sum(len(v) - 2 for v in lines.values()) > 900  # measured points with a neighbour each side
+    assert scores[chosen] == pytest.approx(min(scores.values()), rel=1e-9, abs=1e-15)
+    if axis == "batch_size":  # this line family is not affine in batch: the fit leaves linear
+        assert chosen != 0.0 and scores[chosen] < scores[0.0]
 
 
 def test_local_only_table_needs_no_model(db: modperf.Database) -> None:

@@ -3,37 +3,55 @@
 A *grid* is every bucket of a table that shares all key columns but the local head count (and,
 for [native][local] families, one native). Its axes are the local heads (``num_heads``) and
 the family's interpolation axes (``batch_size``, ``isl``, ``step``; ``num_tokens`` for
-``mla_bmm``). The measured points sit on a lattice: the product of every value each axis takes
-anywhere in the grid. Measurement grids are ragged (large isl x large batch is often missing,
-prefix sweeps differ per isl), so lattice cells come in four states:
+``mla_bmm``; ``m``, ``n``, ``k`` for GEMMs). The measured points sit on a lattice: the product
+of every value each axis takes anywhere in the grid.
+
+**Blend coordinate.** Every axis blends linearly in latency against a coordinate
+``u(x) = x (1 + k x)`` (``k >= 0``: linear plus quadratic, e.g. causal attention over the new
+tokens of a prefill) or ``u(x) = x / (1 - k x)`` (``k < 0``: saturating, e.g. work capped by a
+window or a sparse top-k); ``k = 0`` is plain linear. ``k`` is chosen per grid and axis from
+:data:`CURVATURES`: the one whose blend best predicts the grid's own measured points from
+their nearest measured neighbours along that axis (mean relative leave-one-out error, each
+point's error capped at :data:`_FIT_CAP`; ties go to the smaller ``|k|``, linear first; at most
+:data:`_FIT_CELLS` points, an even subsample, take part). It is a data-driven work model: the
+latency of a line is affine in ``u``.
+
+**Cells.** Measurement grids are ragged (large isl x large batch is often missing, prefix
+sweeps differ per isl), so lattice cells come in four states:
 
 ``MEASURED``       a stored point (after the loader's duplicate rule).
-``INTERPOLATED``   missing, but bracketed along some axis by measured points of its own line:
-                   filled by the per-axis blend along the axis whose bracket is narrowest in
-                   roofline time (the axis along which the least work changes: usually the
-                   prefix or cached length, then batch), ties broken by axis order.
+``INTERPOLATED``   missing, but bracketed along one or more axes by measured points of its own
+                   line. Each such axis gives an estimate: the blend between the nearest
+                   measured cell on either side. The estimates are averaged, each weighted by
+                   ``1 / (e^2 + 0.005^2)`` where ``e`` is that axis blend's expected relative
+                   error here: the mean of (i) its leave-one-out error at the two bracket ends
+                   (each predicted from its own nearest measured neighbours along the axis)
+                   and (ii) its mean leave-one-out error at the measured cells adjacent to the
+                   missing one along the other axes (the same blend, one line over). An axis
+                   with neither gets ``e = 1``.
 ``EXTRAPOLATED``   not bracketed along any axis: filled from the nearest covered cell along an
                    axis line by holding its roofline utilisation (see :mod:`modperf.roofline`),
                    with its *extrapolation distance* (octaves of value + 1, summed along the
                    path) recorded. Only cells within :data:`EXTRAPOLATION_LIMIT` are filled.
 ``UNCOVERED``      farther than the limit from any measurement: a query that needs it is refused.
 
-A query is a point; per axis it finds the lattice interval around it and blends the corners
-multilinearly, linear in latency. Each axis blends in its own coordinate: linear for batch,
-prefix/cached length and local heads (the work is affine in them), and for the *curved* axis --
-the new-token axis of context tables, whose work is linear (projections) plus quadratic
-(causal attention) -- in roofline time, so the blend follows the physical crossover; where the
-roofline is flat along that axis it falls back to sqrt space. A query outside an axis's
-lattice range is projected onto the edge, answered there, and scaled by the roofline ratio;
-the projection adds its own distance. The answer is ``exact`` when the point is a measured cell
-(the stored latency is returned bit for bit), ``extrapolated`` when any extrapolation distance
-was spent, else ``interpolated``. Past the limit it is refused.
+**Queries.** A query is a point; per axis it finds the lattice interval around it and the
+corners are blended multilinearly (one axis after the other, each linear in latency against
+its coordinate ``u``). A point on a lattice cell is that cell; a point on a lattice line
+between two cells gets that axis's 1-D blend, the rule a missing cell's estimate along the
+axis follows (there between its nearest measured cells). A query outside
+an axis's lattice range is projected onto the edge, answered there, and scaled by the roofline
+ratio; the projection adds its own distance. The answer is ``exact`` when the point is a
+measured cell (the stored latency is returned bit for bit), ``extrapolated`` when any
+extrapolation distance was spent (a corner with weight > 0 was extrapolated, or the point was
+projected), else ``interpolated``. Past the limit it is refused. The vectorised path follows
+the scalar one operation for operation: its answers are the same bit for bit.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,8 +70,32 @@ MEASURED_CELL, INTERPOLATED_CELL, EXTRAPOLATED_CELL, UNCOVERED_CELL = 0, 1, 2, 3
 #: -> 32768, local heads 128 -> 256), or a half-doubling along two.
 EXTRAPOLATION_LIMIT = 1.0
 
-#: Below this |log(roofline ratio)| an axis has no roofline shape between two points.
-_FLAT = 1e-9
+#: Curvatures ``k`` an axis's blend coordinate is chosen from: linear, then convex and concave
+#: with the crossover ``1 / |k|`` at every power of 4 from 4^10 (about 1M) down to 1, mildest
+#: first (a tie goes to the earlier one).
+CURVATURES = (0.0, *(s * 4.0 ** -j for j in range(10, -1, -1) for s in (1.0, -1.0)))
+
+#: Relative error added (in quadrature) to every axis's expected error when a missing cell
+#: combines its axis estimates: no axis is trusted beyond measurement noise (about 0.5 %).
+_ERROR_FLOOR = 0.005
+
+#: Leave-one-out errors above this count as this much when a curvature is fitted (one broken
+#: measurement must not choose the coordinate of a whole grid).
+_FIT_CAP = 0.5
+
+#: At most this many measured cells (an even subsample) choose an axis's curvature.
+_FIT_CELLS = 4096
+
+#: Vectorised lookups work through this many points at a time.
+_CHUNK = 1 << 15
+
+#: Vectorised lookups map integer-valued coordinates to lattice intervals through a table
+#: this long at most (larger axes use a binary search).
+_LUT_MAX = 1 << 22
+
+#: Roofline seconds: receives one value per axis, in grid axis order (floats, or arrays of one
+#: shape), returns a float or an array.
+Roofline = Callable[[Sequence[Any]], Any]
 
 
 def octave(x: float) -> float:
@@ -61,34 +103,13 @@ def octave(x: float) -> float:
     return math.log2(x + 1.0)
 
 
-@dataclass(frozen=True)
-class AxisScale:
-    """The coordinate in which one axis blends: ``lin`` (x), ``sqrt`` (sqrt x) or ``log``
-    (log2(x + 1)). Blending is linear in the coordinate and linear in latency."""
-
-    name: str
-
-    def scalar(self) -> Callable[[float], float]:
-        if self.name == "sqrt":
-            return math.sqrt
-        if self.name == "log":
-            return octave
-        return float
-
-    def array(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        if self.name == "sqrt":
-            return np.sqrt(x)
-        if self.name == "log":
-            return np.log2(x + 1.0)
+def curve(x: Any, k: float) -> Any:
+    """The blend coordinate ``u(x)`` of curvature ``k`` (floats or arrays)."""
+    if k == 0.0:
         return x
-
-
-LIN, SQRT, LOG = AxisScale("lin"), AxisScale("sqrt"), AxisScale("log")
-
-#: Roofline seconds: receives one value per axis, in grid axis order (floats, or arrays of one
-#: shape), returns a float or an array.
-Roofline = Callable[[Sequence[Any]], Any]
+    if k > 0.0:
+        return x * (1.0 + k * x)
+    return x / (1.0 - k * x)
 
 
 @dataclass
@@ -106,36 +127,23 @@ class Grid:
     """The measured points of one native group on a lattice, with its fill (see module doc)."""
 
     def __init__(self, axes: Sequence[str], points: Mapping[str, np.ndarray], latency: np.ndarray,
-                 scales: Mapping[str, AxisScale], roofline: Roofline, *, heads_axis: str | None = None,
-                 curved_axis: str | None = None, limit: float = EXTRAPOLATION_LIMIT) -> None:
+                 roofline: Roofline, *, heads_axis: str | None = None, limit: float = EXTRAPOLATION_LIMIT) -> None:
         self.axes = tuple(axes)
-        self.curved = self.axes.index(curved_axis) if curved_axis in self.axes else -1
         self.heads_axis = heads_axis
+        self.heads_pos = self.axes.index(heads_axis) if heads_axis in self.axes else -1
         self.limit = float(limit)
         self.roofline = roofline
-        self.scales = tuple(scales.get(a, LIN) for a in self.axes)
         self.values = [np.unique(np.asarray(points[a], dtype=np.int64)) for a in self.axes]
         self.shape = tuple(int(v.size) for v in self.values)
-        self.coords = [s.array(v) for s, v in zip(self.scales, self.values)]
+        self.strides = _strides(self.shape)
         self.octaves = [np.log2(v.astype(np.float64) + 1.0) for v in self.values]
-        strides = []
-        acc = 1
-        for n in reversed(self.shape):
-            strides.append(acc)
-            acc *= n
-        self.strides = tuple(reversed(strides))
         index = tuple(np.searchsorted(v, np.asarray(points[a], dtype=np.int64)) for a, v in zip(self.axes, self.values))
         self.n_measured = int(latency.size)
-        self._fill(index, np.asarray(latency, dtype=np.float64))
-        # plain-Python mirrors for the scalar path (numpy calls cost ~1 us each)
-        self._values_py = [v.tolist() for v in self.values]
-        self._coords_py = [c.tolist() for c in self.coords]
-        self._scale_py = [s.scalar() for s in self.scales]
-        self._lat_py = self.latency.ravel().tolist()
-        self._state_py = self.state.ravel().tolist()
-        self._dist_py = self.distance.ravel().tolist()
-        self._roof_py = self.roof.ravel().tolist()
-        self.heads_pos = self.axes.index(heads_axis) if heads_axis in self.axes else -1
+        self.curvature = [0.0] * len(self.axes)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            self._fill(index, np.asarray(latency, dtype=np.float64))
+        self.coords = [curve(v.astype(np.float64), k) for v, k in zip(self.values, self.curvature)]
+        self._prepare_lookup()
 
     # -- building ------------------------------------------------------------------------
 
@@ -143,98 +151,171 @@ class Grid:
         return np.meshgrid(*[v.astype(np.float64) for v in self.values], indexing="ij")
 
     def _fill(self, index: tuple[np.ndarray, ...], latency: np.ndarray) -> None:
-        # masked-out cells divide by zero harmlessly; their results are discarded
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self._fill_cells(index, latency)
-
-    def _fill_cells(self, index: tuple[np.ndarray, ...], latency: np.ndarray) -> None:
+        # flat arrays over the lattice; per axis, a (outer, n, inner) view finds line neighbours
         shape = self.shape
-        lat = np.full(shape, np.nan)
-        lat[index] = latency
-        state = np.full(shape, UNCOVERED_CELL, dtype=np.uint8)
-        state[index] = MEASURED_CELL
-        dist = np.zeros(shape)
+        size = math.prod(shape)
+        flat = np.ravel_multi_index(index, shape) if index else np.zeros(latency.size, dtype=np.intp)
+        lat = np.full(size, np.nan)
+        lat[flat] = latency
+        state = np.full(size, UNCOVERED_CELL, dtype=np.uint8)
+        state[flat] = MEASURED_CELL
+        dist = np.zeros(size)
         measured = state == MEASURED_CELL
+        cells = np.arange(size)
 
-        roof = np.asarray(self.roofline(self._mesh()), dtype=np.float64)
+        roof = np.asarray(self.roofline(self._mesh()), dtype=np.float64).ravel()
         roof = np.where(roof > 0, roof, np.nan)
-        self.roof = roof
+        self.roof = roof.reshape(shape)
 
-        # interior cells: bracketed along an axis by measured cells of their own line
-        best_span = np.full(shape, np.inf)
-        best = np.full(shape, np.nan)
+        # interior cells: every axis that brackets the cell gives an estimate; the estimates
+        # are averaged with weights from the expected error of each axis's blend here
+        num = np.zeros(size)
+        den = np.zeros(size)
         for a in range(len(shape)):
             if shape[a] < 3:
                 continue
-            prev, nxt = _neighbours(measured, a)
-            ok = ~measured & (prev >= 0) & (nxt < shape[a])
-            if not ok.any():
+            found = self._axis_estimate(a, lat, measured, cells)
+            if found is None:
                 continue
-            c, o = self.coords[a], self.octaves[a]
-            here = _along(c, a, shape)
-            p_i, n_i = np.where(ok, prev, 0), np.where(ok, nxt, 0)
-            c0, c1 = c[p_i], c[n_i]
-            w = (here - c0) / (c1 - c0)
-            r0, r1 = np.take_along_axis(roof, p_i, a), np.take_along_axis(roof, n_i, a)
-            span = np.abs(np.log(r1 / r0))
-            flat_roof = ~np.isfinite(span) | (span < _FLAT)
-            span = np.where(flat_roof, o[n_i] - o[p_i], span)  # no roofline shape: octaves
-            if a == self.curved:
-                w = np.where(flat_roof, w, (roof - r0) / (r1 - r0))
-            v0 = np.take_along_axis(lat, p_i, a)
-            v1 = np.take_along_axis(lat, n_i, a)
-            pred = v0 * (1.0 - w) + v1 * w
-            better = ok & (span < best_span)  # strict: earlier axes win ties
-            best_span = np.where(better, span, best_span)
-            best = np.where(better, pred, best)
-        interior = np.isfinite(best_span)
-        lat = np.where(interior, best, lat)
+            missing, est, err = found
+            w = 1.0 / (err * err + _ERROR_FLOOR * _ERROR_FLOOR)
+            num[missing] += est * w
+            den[missing] += w
+        interior = den > 0
+        lat[interior] = num[interior] / den[interior]
         state[interior] = INTERPOLATED_CELL
 
         # exterior cells: hold the utilisation of the nearest covered cell along an axis line
         covered = state != UNCOVERED_CELL
         if not covered.all():
             for _ in range(2 * len(shape) + 2):
-                best_d = np.full(shape, np.inf)
-                best_v = np.full(shape, np.nan)
+                best_d = np.full(size, np.inf)
+                best_v = np.full(size, np.nan)
+                todo = np.flatnonzero(~covered)
                 for a in range(len(shape)):
-                    if shape[a] < 2:
+                    n = shape[a]
+                    if n < 2:
                         continue
+                    inner = self.strides[a]
+                    view = (-1, n, inner)
+                    prev, nxt = _neighbours(covered.reshape(view), 1)
+                    here = (todo // inner) % n
                     o = self.octaves[a]
-                    here = _along(o, a, shape)
-                    prev, nxt = _neighbours(covered, a)
-                    for anchor, valid in ((prev, prev >= 0), (nxt, nxt < shape[a])):
-                        ok = ~covered & valid
+                    for anchor, valid in ((prev, prev >= 0), (nxt, nxt < n)):
+                        ai = anchor.ravel()[todo]
+                        ok = valid.ravel()[todo]
                         if not ok.any():
                             continue
-                        ai = np.where(ok, anchor, 0)
-                        d = np.abs(here - o[ai]) + np.take_along_axis(dist, ai, a)
-                        v = np.take_along_axis(lat, ai, a) * roof / np.take_along_axis(roof, ai, a)
-                        better = ok & (d < best_d) & (d <= self.limit) & np.isfinite(v)
-                        best_d = np.where(better, d, best_d)
-                        best_v = np.where(better, v, best_v)
+                        t, ai, hi = todo[ok], ai[ok], here[ok]
+                        f = t + (ai - hi) * inner
+                        d = np.abs(o[hi] - o[ai]) + dist[f]
+                        v = lat[f] * roof[t] / roof[f]
+                        better = (d < best_d[t]) & (d <= self.limit) & np.isfinite(v)
+                        best_d[t[better]] = d[better]
+                        best_v[t[better]] = v[better]
                 new = np.isfinite(best_d)
                 if not new.any():
                     break
-                lat = np.where(new, best_v, lat)
-                dist = np.where(new, best_d, dist)
+                lat[new] = best_v[new]
+                dist[new] = best_d[new]
                 state[new] = EXTRAPOLATED_CELL
                 covered |= new
-        self.latency, self.state, self.distance = lat, state, dist
+        self.latency, self.state, self.distance = lat.reshape(shape), state.reshape(shape), dist.reshape(shape)
+
+    def _axis_estimate(self, a: int, lat: np.ndarray, measured: np.ndarray,
+                       cells: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Along axis ``a`` (flat lattice arrays): fit the axis's curvature, then for every
+        missing cell bracketed by measured cells of its line, the blend between the nearest
+        measured cell on each side and the expected relative error of that blend (module doc).
+        Returns (missing cells, estimates, errors)."""
+        shape = self.shape
+        n = shape[a]
+        inner = self.strides[a]
+        prev, nxt = _strict_neighbours(measured.reshape(-1, n, inner), 1)
+        prev, nxt = prev.ravel(), nxt.ravel()
+        valid = (prev >= 0) & (nxt < n)
+        if not valid.any():
+            return None
+        here = (cells // inner) % n
+        rows = np.flatnonzero(valid)
+        h, p_i, n_i = here[rows], prev[rows], nxt[rows]
+        fp = rows + (p_i - h) * inner
+        fn = rows + (n_i - h) * inner
+        y0, y1, y = lat[fp], lat[fn], lat[rows]
+        x = self.values[a].astype(np.float64)
+        fit = measured[rows]
+        k = _fit_curvature(x, h[fit], p_i[fit], n_i[fit], y0[fit], y1[fit], y[fit])
+        self.curvature[a] = k
+        u = curve(x, k)
+        u0 = u[p_i]
+        est = y0 + (u[h] - u0) / (u[n_i] - u0) * (y1 - y0)
+        missing = ~fit
+        if not missing.any():
+            return None
+        resid = np.full(lat.size, np.nan)
+        r = np.abs(est[fit] / y[fit] - 1.0)
+        resid[rows[fit]] = np.where(np.isfinite(r), r, np.nan)
+        m_rows = rows[missing]
+        # (i) at the bracket ends (for a missing cell they bracket each other)
+        line = _nanmean(np.stack([resid[fp[missing]], resid[fn[missing]]]))
+        # (ii) at the neighbouring cells along the other axes (the same blend, one line over)
+        side = []
+        for c in range(len(shape)):
+            if c == a or shape[c] < 2:
+                continue
+            sc = self.strides[c]
+            at = (m_rows // sc) % shape[c]
+            for step in (1, -1):
+                ok = (at + step >= 0) & (at + step < shape[c])
+                side.append(np.where(ok, resid[np.where(ok, m_rows + step * sc, 0)], np.nan))
+        near = _nanmean(np.stack(side)) if side else np.full(m_rows.size, np.nan)
+        err = _nanmean(np.stack([line, near]))
+        err = np.where(np.isfinite(err), err, 1.0)
+        return m_rows, est[missing], err
+
+    def _prepare_lookup(self) -> None:
+        """Lookup tables: the lattice padded by one cell at the top of every axis (a copy of the
+        last), so that a point on the last value of an axis is the lower corner of an interval
+        of weight 0 above; uncovered cells hold latency 0 (never used with weight > 0) and an
+        infinite distance."""
+        lat = np.where(self.state == UNCOVERED_CELL, 0.0, self.latency)
+        dist = np.where(self.state == UNCOVERED_CELL, np.inf, self.distance)
+        pad = [(0, 1)] * len(self.shape)
+        self._pshape = tuple(n + 1 for n in self.shape)
+        self._pstrides = _strides(self._pshape)
+        self._lat_p = np.pad(lat, pad, mode="edge").ravel()
+        self._dist_p = np.pad(dist, pad, mode="edge").ravel()
+        self._state_p = np.pad(self.state, pad, mode="edge").ravel()
+        self._u_p, self._inv_p = [], []
+        for u in self.coords:
+            up = np.append(u, u[-1])
+            inv = np.zeros(up.size)
+            if u.size > 1:
+                inv[: u.size - 1] = 1.0 / np.diff(u)
+            self._u_p.append(up)
+            self._inv_p.append(inv)
+        self._flags: dict[tuple[int, ...], np.ndarray] = {}
+        self._luts: dict[int, np.ndarray | None] = {}
+        # plain-Python mirrors for the scalar path (numpy calls cost ~1 us each)
+        self._values_py = [v.tolist() for v in self.values]
+        self._u_py = [u.tolist() for u in self._u_p]
+        self._inv_py = [i.tolist() for i in self._inv_p]
+        self._lat_py = self._lat_p.tolist()
+        self._dist_py = self._dist_p.tolist()
+        self._state_py = self._state_p.tolist()
 
     # -- scalar lookup --------------------------------------------------------------------
 
     def lookup(self, point: Sequence[float]) -> Lookup:
         """Latency at ``point`` (one value per axis, in ``self.axes`` order)."""
-        n_axes = len(self.axes)
-        lo_idx = [0] * n_axes  # lattice index of the lower corner per axis
-        frac = [0.0] * n_axes  # weight of the upper corner per axis (0: on a lattice value)
         outside: list[str] = []
         proj_dist = 0.0
         clipped = list(point)
-        on_lattice = True
-        for a in range(n_axes):
-            x = point[a]
+        base = 0
+        parts: list[tuple[int, float]] = []  # (padded stride, upper weight) of axes off a lattice value
+        heads_used: tuple[int, ...] = ()
+        pstrides = self._pstrides
+        for a, x in enumerate(point):
             vals = self._values_py[a]
             if x < vals[0] or x > vals[-1]:
                 xc = vals[0] if x < vals[0] else vals[-1]
@@ -243,45 +324,39 @@ class Grid:
                 clipped[a] = xc
             else:
                 xc = x
-            i = bisect_left(vals, xc)
+            i = bisect_right(vals, xc) - 1
+            base += i * pstrides[a]
             if vals[i] == xc:
-                lo_idx[a] = i
-                continue
-            on_lattice = False
-            lo_idx[a] = i - 1
-            coords = self._coords_py[a]
-            frac[a] = (self._scale_py[a](xc) - coords[i - 1]) / (coords[i] - coords[i - 1])
-        strides = self.strides
-        base = 0
-        for a in range(n_axes):
-            base += lo_idx[a] * strides[a]
-        lat, state, dist = self._lat_py, self._state_py, self._dist_py
-        heads_used: tuple[int, ...] = ()
-        if self.heads_pos >= 0:
-            h = self.heads_pos
-            vals = self._values_py[h]
-            heads_used = (vals[lo_idx[h]],) if frac[h] == 0.0 else (vals[lo_idx[h]], vals[lo_idx[h] + 1])
-        if on_lattice and not outside and state[base] == MEASURED_CELL:
+                t = 0.0
+            else:
+                k = self.curvature[a]
+                xf = float(xc)
+                u = xf if k == 0.0 else (xf * (1.0 + k * xf) if k > 0.0 else xf / (1.0 - k * xf))
+                t = (u - self._u_py[a][i]) * self._inv_py[a][i]
+                parts.append((pstrides[a], t))
+            if a == self.heads_pos:
+                heads_used = (vals[i],) if t == 0.0 else (vals[i], vals[i + 1])
+        lat, dist = self._lat_py, self._dist_py
+        if not parts and not outside and self._state_py[base] == MEASURED_CELL:
             return Lookup(lat[base], EXACT, 0.0, heads_used, ())
-        c = self.curved
-        if c >= 0 and frac[c] != 0.0:
-            frac[c] = self._curved_frac(clipped, lo_idx, base, frac[c])
-        corners = [(base, 1.0)]
-        for a in range(n_axes):
-            t = frac[a]
-            if t != 0.0:
-                step = strides[a]
-                corners = [(f, w * (1.0 - t)) for f, w in corners] + [(f + step, w * t) for f, w in corners]
-        value = 0.0
+        # corners in the order of the vectorised path: bit j of a corner is the upper side of
+        # parts[j]; reduced along the last part first
+        corners = [base]
+        used = [True]
         spent = 0.0
-        for f, w in corners:
-            if w == 0.0:
-                continue
-            if state[f] == UNCOVERED_CELL:
-                return Lookup(math.nan, REFUSED, math.inf, heads_used, tuple(outside))
-            value += w * lat[f]
-            if dist[f] > spent:
+        for stride, t in parts:
+            corners = corners + [f + stride for f in corners]
+            used = [u and t < 1.0 for u in used] + [u and t > 0.0 for u in used]
+        for f, u in zip(corners, used):
+            if u and dist[f] > spent:
                 spent = dist[f]
+        if spent == math.inf:
+            return Lookup(math.nan, REFUSED, math.inf, heads_used, tuple(outside))
+        values = [lat[f] for f in corners]
+        for _, t in reversed(parts):
+            half = len(values) // 2
+            values = [lo + t * (hi - lo) for lo, hi in zip(values[:half], values[half:])]
+        value = values[0]
         spent += proj_dist
         if spent > self.limit:
             return Lookup(math.nan, REFUSED, spent, heads_used, tuple(outside))
@@ -290,123 +365,210 @@ class Grid:
             value *= r_at / r_edge if r_edge > 0 else math.nan
         return Lookup(value, EXTRAPOLATED if spent > 0.0 else INTERPOLATED, spent, heads_used, tuple(outside))
 
-    def _curved_frac(self, clipped: list[float], lo_idx: list[int], base: int, fallback: float) -> float:
-        """Upper-corner weight along the curved axis in roofline time, the other axes held at
-        their lower-corner lattice values (the same points the lattice's roofline holds)."""
-        c = self.curved
-        at = [self._values_py[a][lo_idx[a]] for a in range(len(self.axes))]
-        at[c] = clipped[c]
-        r0 = self._roof_py[base]
-        r1 = self._roof_py[base + self.strides[c]]
-        if not (r0 > 0 and r1 > 0) or abs(math.log(r1 / r0)) < _FLAT:
-            return fallback
-        return (self.roofline(at) - r0) / (r1 - r0)
-
     # -- vectorised lookup ----------------------------------------------------------------
 
-    def lookup_many(self, points: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """Latencies and kind codes for arrays of points (one array per axis, broadcastable).
-        Refused points get NaN and kind REFUSED; nothing raises."""
-        arrays = np.broadcast_arrays(*[np.asarray(p) for p in points])
-        n_shape = arrays[0].shape
-        xs = [np.ravel(x).astype(np.float64, copy=False) for x in arrays]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            value, kind = self._lookup_flat(xs)
+    def lookup_many(self, points: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Latencies and kind codes for arrays of points (one array or scalar per axis,
+        broadcastable). Refused points get NaN and kind REFUSED; nothing raises."""
+        arrays = [np.asarray(p) for p in points]
+        n_shape = np.broadcast_shapes(*[x.shape for x in arrays])
+        cols: list[np.ndarray | float] = []
+        for x in arrays:
+            if x.size == 1:
+                cols.append(x.reshape(()).item())
+            else:
+                cols.append(np.ravel(np.broadcast_to(x, n_shape)))
+        n = math.prod(n_shape)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            value, kind = self._lookup_flat(cols, n)
         return value.reshape(n_shape), kind.reshape(n_shape)
 
-    def _lookup_flat(self, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        n = xs[0].size
-        n_axes = len(self.axes)
-        base = np.zeros(n, dtype=np.int64)  # lower corner on every axis
-        exact = np.ones(n, dtype=bool)
-        proj = np.zeros(n)
-        outside = np.zeros(n, dtype=bool)
-        clipped: list[np.ndarray] = []
-        lo_vals: list[np.ndarray] = []
-        fracs: list[np.ndarray | None] = []
-        for a, x in enumerate(xs):
-            vals = self.values[a]
-            xc = np.clip(x, vals[0], vals[-1])
-            out = xc != x
-            if out.any():
-                proj += np.where(out, np.abs(np.log2(x + 1.0) - np.log2(xc + 1.0)), 0.0)
-                outside |= out
-            clipped.append(xc)
-            if vals.size == 1:
-                lo_vals.append(xc)
-                fracs.append(None)
-                continue
-            at = np.searchsorted(vals, xc, side="right") - 1  # vals[at] <= xc
-            on_value = vals[at] == xc
-            exact &= on_value
-            i = np.minimum(at, vals.size - 2)
-            # on a lattice value: sit on it (weight 0 above), also at the top edge
-            i = np.where(on_value, at, i)
-            top = i == vals.size - 1
-            i_lo = np.where(top, i - 1, i)
-            c = self.coords[a]
-            t = np.where(on_value, np.where(top, 1.0, 0.0),
-                         (self.scales[a].array(xc) - c[i_lo]) / (c[i_lo + 1] - c[i_lo]))
-            base += i_lo * self.strides[a]
-            lo_vals.append(vals[i_lo].astype(np.float64))
-            fracs.append(t)
-        lat_flat, state_flat, dist_flat = self.latency.ravel(), self.state.ravel(), self.distance.ravel()
-        c = self.curved
-        if c >= 0 and fracs[c] is not None:
-            t = fracs[c]
-            off = (t > 0.0) & (t < 1.0)
-            if off.any():
-                roof_flat = self.roof.ravel()
-                r0 = roof_flat[base]
-                r1 = roof_flat[np.where(off, base + self.strides[c], base)]
-                at = list(lo_vals)
-                at[c] = clipped[c]
-                rx = np.asarray(self.roofline(at), dtype=np.float64)
-                tr = (rx - r0) / (r1 - r0)
-                ok = off & (r0 > 0) & (r1 > 0) & (np.abs(np.log(r1 / r0)) >= _FLAT)
-                fracs[c] = np.where(ok, tr, t)
-        value = np.zeros(n)
-        spent = np.zeros(n)
-        uncovered = np.zeros(n, dtype=bool)
-        # axes on a lattice value for every point (a fixed local count, say) add no corners
-        parts = [(self.strides[a], t, 1.0 - t) for a, t in enumerate(fracs) if t is not None and t.any()]
-        for corner in range(1 << len(parts)):
-            idx = base.copy()
-            w = None
-            for j, (stride, t, one_minus_t) in enumerate(parts):
-                if corner >> j & 1:
-                    idx += stride
-                    w = t if w is None else w * t
-                else:
-                    w = one_minus_t if w is None else w * one_minus_t
-            if w is None:
-                w = np.ones(n)
-            used = w > 0.0
-            idx[~used] = 0
-            uncovered |= used & (state_flat[idx] == UNCOVERED_CELL)
-            value += np.where(used, w * lat_flat[idx], 0.0)
-            np.maximum(spent, np.where(used, dist_flat[idx], 0.0), out=spent)
-        spent += proj
-        if outside.any():
-            sel = np.flatnonzero(outside)
-            r_at = np.asarray(self.roofline([x[sel] for x in xs]), dtype=np.float64)
-            r_edge = np.asarray(self.roofline([x[sel] for x in clipped]), dtype=np.float64)
-            value[sel] *= r_at / r_edge
-        kind = np.where(spent > 0.0, EXTRAPOLATED, INTERPOLATED).astype(np.int8)
-        # exact: on lattice values on every axis, inside the range, at a measured cell; the
-        # cell is the corner whose weight is 1 (the upper one at a top edge)
-        if exact.any():
-            at_cell = base.copy()
-            for a, t in enumerate(fracs):
-                if t is not None:
-                    at_cell += np.where(t == 1.0, self.strides[a], 0)
-            is_exact = exact & ~outside & (state_flat[at_cell] == MEASURED_CELL)
-            kind[is_exact] = EXACT
-            value[is_exact] = lat_flat[at_cell[is_exact]]
-        refused = uncovered | (spent > self.limit)
-        kind[refused] = REFUSED
-        value[refused] = np.nan
+    def _lookup_flat(self, cols: list[np.ndarray | float], n: int) -> tuple[np.ndarray, np.ndarray]:
+        """In chunks: the working arrays of a chunk stay in cache and are recycled by the
+        allocator (fresh arrays of a million points cost more in page faults than in
+        arithmetic)."""
+        if n <= _CHUNK:
+            return self._lookup_chunk(cols, n)
+        value = np.empty(n)
+        kind = np.empty(n, dtype=np.int8)
+        for lo in range(0, n, _CHUNK):
+            hi = min(n, lo + _CHUNK)
+            part = [c[lo:hi] if isinstance(c, np.ndarray) else c for c in cols]
+            value[lo:hi], kind[lo:hi] = self._lookup_chunk(part, hi - lo)
         return value, kind
+
+    def _lookup_chunk(self, cols: list[np.ndarray | float], n: int) -> tuple[np.ndarray, np.ndarray]:
+        if n == 0:
+            return np.zeros(0), np.zeros(0, dtype=np.int8)
+        base: np.ndarray | int = 0
+        lerp: list[tuple[int, int, np.ndarray | float]] = []  # (axis, padded stride, upper weight)
+        clipped: list[np.ndarray | float] = list(cols)
+        outside: np.ndarray | None = None  # points beyond the range of some axis
+        all_outside = False  # every point is (a scalar axis beyond its range)
+        proj: np.ndarray | float = 0.0  # octaves spent projecting onto the range
+        bad: np.ndarray | None = None  # NaN coordinates
+        on_lattice: np.ndarray | None = None  # on a lattice value of every array axis
+        scalar_off = False  # a scalar axis between lattice values: no point is exact
+        scratch = None
+        for a, x in enumerate(cols):
+            vals = self.values[a]
+            lo, hi = int(vals[0]), int(vals[-1])
+            stride = self._pstrides[a]
+            if not isinstance(x, np.ndarray):  # one value for every point
+                xf = float(x)
+                if math.isnan(xf):
+                    return np.full(n, np.nan), np.full(n, REFUSED, dtype=np.int8)
+                xc = min(max(xf, lo), hi)
+                if xc != xf:
+                    proj = proj + abs(octave(xf) - octave(xc))
+                    all_outside = True
+                    clipped[a] = xc
+                i = bisect_right(self._values_py[a], xc) - 1
+                base = base + i * stride
+                if self._values_py[a][i] != xc:
+                    k = self.curvature[a]
+                    u = xc if k == 0.0 else (xc * (1.0 + k * xc) if k > 0.0 else xc / (1.0 - k * xc))
+                    lerp.append((a, stride, (u - self._u_py[a][i]) * self._inv_py[a][i]))
+                    scalar_off = True
+                continue
+            if not (x.min() >= lo and x.max() <= hi):  # beyond the range, or NaN
+                nan = np.isnan(x) if x.dtype.kind == "f" else np.zeros(n, dtype=bool)
+                if nan.any():
+                    bad = nan if bad is None else bad | nan
+                    x = np.where(nan, lo, x)
+                xc = np.clip(x, lo, hi)
+                out = xc != x
+                if out.any():
+                    xf = x.astype(np.float64)
+                    proj = proj + np.where(out, np.abs(np.log2(xf + 1.0) - np.log2(xc + 1.0)), 0.0)
+                    outside = out if outside is None else outside | out
+                x = xc
+                clipped[a] = xc
+            # (fresh arrays cost page faults: work in place where the arithmetic allows it)
+            i = self._interval(a, x)
+            t = np.empty(n)
+            np.copyto(t, x, casting="unsafe")
+            if scratch is None:
+                scratch = np.empty(n)
+            k = self.curvature[a]
+            if k != 0.0:  # u(x), in the operation order of curve()
+                np.multiply(t, k, out=scratch)
+                if k > 0.0:
+                    scratch += 1.0
+                    t *= scratch
+                else:
+                    np.subtract(1.0, scratch, out=scratch)
+                    t /= scratch
+            t -= np.take(self._u_p[a], i, out=scratch)
+            t *= np.take(self._inv_p[a], i, out=scratch)
+            if stride != 1:
+                np.multiply(i, stride, out=i)
+            if isinstance(base, np.ndarray):
+                base += i
+            else:
+                i += base
+                base = i
+            lerp.append((a, stride, t))
+            if on_lattice is None:
+                on_lattice = t == 0.0
+            else:
+                on_lattice &= t == 0.0
+        if not isinstance(base, np.ndarray):
+            base = np.full(n, base, dtype=np.intp)
+
+        # the value: successive 1-D blends over the axes with weight off a lattice value, the
+        # last axis first (uncovered cells hold 0 and only ever get weight 0 here)
+        lat = self._lat_p
+        offsets = [0]
+        for _, stride, _ in lerp:
+            offsets = offsets + [o + stride for o in offsets]
+        values = [np.take(lat[o:], base) for o in offsets]
+        for _, _, t in reversed(lerp):
+            half = len(values) // 2
+            for lo_v, hi_v in zip(values[:half], values[half:]):
+                hi_v -= lo_v
+                hi_v *= t
+                hi_v += lo_v
+            values = values[half:]
+        value = values[0]
+        kind = np.full(n, INTERPOLATED, dtype=np.int8)
+
+        # distance spent: 0 unless a corner box holds an extrapolated or uncovered cell; then,
+        # on those points only, the largest distance over the corners that carry weight
+        spent = None
+        slow = np.flatnonzero(np.take(self._flag(tuple(a for a, _, _ in lerp)), base))
+        if slow.size:
+            sb = base[slow]
+            spent = np.zeros(slow.size)
+            boxes = [(0, np.ones(slow.size, dtype=bool))]
+            for _, stride, t in lerp:
+                ts = t[slow] if isinstance(t, np.ndarray) else np.full(slow.size, t)
+                boxes = [(o, w & (ts < 1.0)) for o, w in boxes] + [(o + stride, w & (ts > 0.0)) for o, w in boxes]
+            for o, w in boxes:
+                np.maximum(spent, np.where(w, self._dist_p[sb + o], 0.0), out=spent)
+        total = None
+        if spent is not None or outside is not None or all_outside:
+            total = np.zeros(n)
+            if spent is not None:
+                total[slow] = spent
+            total += proj
+            kind[total > 0.0] = EXTRAPOLATED
+
+        # exact: a measured cell, every coordinate on its lattice value, inside the range
+        if not scalar_off and not all_outside:
+            if on_lattice is None:
+                cand = np.arange(n)
+            else:
+                if outside is not None:
+                    on_lattice &= ~outside
+                cand = np.flatnonzero(on_lattice)
+            if cand.size:
+                cb = base[cand]
+                hit = self._state_p[cb] == MEASURED_CELL
+                kind[cand[hit]] = EXACT
+                value[cand[hit]] = lat[cb[hit]]
+
+        # beyond the range: the edge's answer scaled by the roofline ratio
+        if outside is not None or all_outside:
+            sel = np.arange(n) if all_outside else np.flatnonzero(outside)
+            at = [c[sel] if isinstance(c, np.ndarray) else c for c in cols]
+            edge = [c[sel] if isinstance(c, np.ndarray) else c for c in clipped]
+            r_at = np.asarray(self.roofline(at), dtype=np.float64)
+            r_edge = np.asarray(self.roofline(edge), dtype=np.float64)
+            value[sel] *= r_at / r_edge
+        refused = total > self.limit if total is not None else None
+        if bad is not None:
+            refused = bad if refused is None else refused | bad
+        if refused is not None and refused.any():
+            kind[refused] = REFUSED
+            value[refused] = np.nan
+        return value, kind
+
+    def _interval(self, a: int, x: np.ndarray) -> np.ndarray:
+        """Index of the lattice value at or below every ``x`` (inside the axis's range)."""
+        lut = self._luts.get(a, False)
+        if lut is False:
+            top = int(self.values[a][-1])
+            lut = None
+            if 0 <= self.values[a][0] and top < _LUT_MAX:
+                lut = (np.searchsorted(self.values[a], np.arange(top + 1), side="right") - 1).astype(np.intp)
+            self._luts[a] = lut
+        if lut is not None:
+            # lattice values are integers: floor(x) falls in the same interval as x
+            return np.take(lut, x if x.dtype == np.intp else x.astype(np.intp))
+        return np.searchsorted(self.values[a], x, side="right") - 1
+
+    def _flag(self, moving: tuple[int, ...]) -> np.ndarray:
+        """Per lower corner (padded flat index): the largest distance over the cells of its
+        interval box along the axes in ``moving`` (0: every corner measured or interpolated)."""
+        flag = self._flags.get(moving)
+        if flag is None:
+            flag = self._dist_p.copy()
+            for a in moving:
+                s = self._pstrides[a]
+                flag[:-s] = np.maximum(flag[:-s], flag[s:])
+            self._flags[moving] = flag
+        return flag
 
     # -- description ----------------------------------------------------------------------
 
@@ -430,11 +592,71 @@ class Grid:
         return out
 
 
+def _fit_curvature(x: np.ndarray, here: np.ndarray, p_i: np.ndarray, n_i: np.ndarray, y0: np.ndarray,
+                   y1: np.ndarray, y: np.ndarray) -> float:
+    """The curvature (from CURVATURES) whose blend best predicts the measured latencies ``y``
+    at lattice indices ``here`` from their nearest measured neighbours (indices ``p_i`` /
+    ``n_i``, latencies ``y0`` / ``y1``) along the axis whose values are ``x`` (module doc)."""
+    ok = (y > 0) & np.isfinite(y0) & np.isfinite(y1)
+    if not ok.all():
+        here, p_i, n_i, y0, y1, y = here[ok], p_i[ok], n_i[ok], y0[ok], y1[ok], y[ok]
+    if y.size == 0:
+        return 0.0
+    if y.size > _FIT_CELLS:  # an even, deterministic subsample bounds the cost
+        pick = np.linspace(0, y.size - 1, _FIT_CELLS).astype(np.intp)
+        here, p_i, n_i, y0, y1, y = here[pick], p_i[pick], n_i[pick], y0[pick], y1[pick], y[pick]
+    a = (y0 - y) / y  # relative error of the lower neighbour ...
+    b = (y1 - y0) / y  # ... corrected by the blend weight times this
+    # blend weights depend on the (lower, here, upper) lattice indices only
+    n = x.size
+    triples, inverse = np.unique((p_i * n + here) * n + n_i, return_inverse=True)
+    k = np.asarray(CURVATURES)[:, None]
+    u = np.where(k >= 0.0, x * (1.0 + k * x), x / (1.0 - k * x))  # (curvatures, lattice values)
+    t_p, t_h, t_n = triples // (n * n), (triples // n) % n, triples % n
+    w = ((u[:, t_h] - u[:, t_p]) / (u[:, t_n] - u[:, t_p]))[:, inverse]  # (curvatures, cells)
+    w *= b
+    w += a
+    score = np.minimum(np.abs(w, out=w), _FIT_CAP, out=w).mean(axis=1)
+    best = int(np.argmin(score))  # first of equals: linear, then the mildest curvature
+    return float(CURVATURES[best])
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    acc = 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return tuple(reversed(out))
+
+
 def _along(values: np.ndarray, axis: int, shape: tuple[int, ...]) -> np.ndarray:
     """``values`` (one per index of ``axis``) broadcast to the lattice shape."""
     view = [1] * len(shape)
     view[axis] = shape[axis]
     return np.broadcast_to(values.reshape(view), shape)
+
+
+def _nanmean(stack: np.ndarray) -> np.ndarray:
+    """Mean over the first axis ignoring NaN; NaN where every entry is NaN (no warning)."""
+    ok = np.isfinite(stack)
+    count = ok.sum(axis=0)
+    total = np.where(ok, stack, 0.0).sum(axis=0)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _shifted(values: np.ndarray, axis: int, step: int) -> np.ndarray:
+    """``values`` moved by ``step`` (+1 or -1) along ``axis``: out[i] = values[i + step], NaN
+    past the edge."""
+    out = np.full(values.shape, np.nan)
+    src = [slice(None)] * values.ndim
+    dst = [slice(None)] * values.ndim
+    if step > 0:
+        src[axis], dst[axis] = slice(step, None), slice(None, -step)
+    else:
+        src[axis], dst[axis] = slice(None, step), slice(-step, None)
+    out[tuple(dst)] = values[tuple(src)]
+    return out
 
 
 def _neighbours(mask: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
@@ -445,4 +667,19 @@ def _neighbours(mask: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     idx = _along(np.arange(n), axis, mask.shape)
     prev = np.maximum.accumulate(np.where(mask, idx, -1), axis=axis)
     nxt = np.flip(np.minimum.accumulate(np.flip(np.where(mask, idx, n), axis), axis=axis), axis)
+    return prev, nxt
+
+
+def _strict_neighbours(mask: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Like :func:`_neighbours`, but strictly before and strictly after every cell."""
+    shape = mask.shape
+    n = shape[axis]
+    prev_in, next_in = _neighbours(mask, axis)
+    prev = np.full(shape, -1, dtype=np.intp)
+    nxt = np.full(shape, n, dtype=np.intp)
+    lo = [slice(None)] * len(shape)
+    hi = [slice(None)] * len(shape)
+    lo[axis], hi[axis] = slice(1, None), slice(None, -1)
+    prev[tuple(lo)] = prev_in[tuple(hi)]
+    nxt[tuple(hi)] = next_in[tuple(lo)]
     return prev, nxt

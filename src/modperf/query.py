@@ -31,7 +31,7 @@ from . import errors as E
 from .buckets import NATIVE, KeyedTable
 from .families import registry
 from .families.base import HEADS, TP, Tier
-from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, LIN, REFUSED, SQRT, AxisScale, Grid
+from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid
 from .roofline import gpu_spec, work_model
 
 if TYPE_CHECKING:
@@ -146,22 +146,10 @@ def _sort_key(v: Any) -> tuple[int, Any]:
     return (0, v) if isinstance(v, (int, np.integer)) else (1, str(v))
 
 
-def axis_scales(keyed: KeyedTable) -> dict[str, AxisScale]:
-    """Fallback blend coordinate per axis (docs/queries.md): linear, and sqrt for the sequence
-    axis of context tables, which blends in roofline time wherever the roofline has a shape
-    along it (see :mod:`modperf.interp`)."""
-    spec = keyed.spec
-    scales = {a: LIN for a in spec.axes}
-    scales[HEADS] = LIN
-    if spec.phase == "context" and spec.seq_axis:
-        scales[spec.seq_axis] = SQRT
-    return scales
-
-
 def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
-               drop_point: int | None = None) -> Grid:
-    """The grid of one group. ``drop_point`` (a point index of the keyed table) leaves that
-    point out: the leave-one-out benchmark predicts it from the rest."""
+               drop_point: int | np.ndarray | None = None) -> Grid:
+    """The grid of one group. ``drop_point`` (a point index of the keyed table, or an array of
+    them) leaves those points out: the leave-one-out benchmark predicts them from the rest."""
     keyed = index.keyed
     spec = keyed.spec
     buckets = index.groups[group]
@@ -169,7 +157,7 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
     axes = ((HEADS,) if heads_axis else ()) + tuple(spec.axes)
     rows = np.concatenate([np.arange(keyed.offsets[b], keyed.offsets[b + 1]) for b in buckets])
     if drop_point is not None:
-        rows = rows[rows != drop_point]
+        rows = rows[~np.isin(rows, drop_point)]
     points = {a: keyed.axes[a][rows] for a in spec.axes}
     if heads_axis:
         point_bucket = np.repeat(np.arange(keyed.n_buckets), np.diff(keyed.offsets))
@@ -187,8 +175,7 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
     fixed_heads = float(native_heads) / max(int(key[TP]), 1) if native_heads is not None and TP in key else \
         float(native_heads or 1)
     if not spec.head_axis:
-        return Grid(axes, points, latency, axis_scales(keyed), work.shape_seconds, curved_axis=None,
-                    limit=EXTRAPOLATION_LIMIT)
+        return Grid(axes, points, latency, work.shape_seconds, limit=EXTRAPOLATION_LIMIT)
     if "num_tokens" in pos:
         pick = (pos["num_tokens"], None, None, pos.get(HEADS))
         constant = (1.0, 1.0, 0.0, fixed_heads)
@@ -201,9 +188,7 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
         b, s, p, h = (values[i] if i is not None else c for i, c in zip(pick, constant))
         return seconds(b, s, p, h)
 
-    curved = spec.seq_axis if spec.phase == "context" else None
-    return Grid(axes, points, latency, axis_scales(keyed), roofline, heads_axis=HEADS if heads_axis else None,
-                curved_axis=curved, limit=EXTRAPOLATION_LIMIT)
+    return Grid(axes, points, latency, roofline, heads_axis=HEADS if heads_axis else None, limit=EXTRAPOLATION_LIMIT)
 
 
 # --- field handling ---------------------------------------------------------------------
@@ -346,6 +331,12 @@ class QueryEngine:
             values={"native": plan.template.native, "measured_range": grid.ranges(),
                     "nearest_measured": nearest[:3]},
             fix="query inside the measured range (nearest measured points above), or collect the missing shapes")
+
+    def grid(self, fields: Mapping[str, Any]) -> Grid:
+        """The grid that answers queries with these fields (the numeric axes and ``num_heads``,
+        where it is a grid axis, may be left out): for diagnostics and tests."""
+        vector = set(_AXIS_NAMES) | {HEADS}
+        return self._plan(fields, vector_fields={k for k in vector if k not in fields}).grid
 
     # -- vectorised ------------------------------------------------------------------------
 

@@ -126,19 +126,22 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
         def group_rows(b: int) -> np.ndarray:
             return np.concatenate([np.arange(keyed.offsets[c], keyed.offsets[c + 1]) for c in index.groups[group_of_bucket[b]]])
 
+        def record(got, measured, kind, per_family, per_table_errors):  # noqa: ANN001,ANN202
+            """One prediction into its sinks (family and table), or a refusal count."""
+            if got is None:
+                refused[f"{key} {kind}"] += 1
+            else:
+                per_family[key].append(got / measured - 1.0)
+                per_table_errors.append(got / measured - 1.0)
+
         pick_in = rng.permutation(len(cand_in))[:per_table] if cand_in else []
         for j, c in enumerate(pick_in):
             b, p = cand_in[c]
             measured = float(keyed.latency[p])
             if measured <= 0:
                 continue
-            got = predict(b, p, p)
             builds += 1
-            if got is None:
-                refused[key + " interior"] += 1
-            else:
-                inner[key].append(got / measured - 1.0)
-                t_in.append(got / measured - 1.0)
+            record(predict(b, p, p), measured, "interior", inner, t_in)
             if j >= off_lattice:
                 continue
             # off-lattice: drop the point's whole lattice plane along one of its axes
@@ -154,26 +157,16 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
                 drop = rows[keyed.bucket_local[bucket_of_row] == keyed.bucket_local[b]]
             else:
                 drop = rows[keyed.axes[a][rows] == keyed.axes[a][p]]
-            got = predict(b, p, drop)
             builds += 1
-            if got is None:
-                refused[key + " off-lattice"] += 1
-            else:
-                plane[key].append(got / measured - 1.0)
-                t_pl.append(got / measured - 1.0)
+            record(predict(b, p, drop), measured, "off-lattice", plane, t_pl)
         pick_fr = rng.permutation(len(cand_fr))[:frontier] if cand_fr else []
         for c in pick_fr:
             b, p = cand_fr[c]
             measured = float(keyed.latency[p])
             if measured <= 0:
                 continue
-            got = predict(b, p, p)
             builds += 1
-            if got is None:
-                refused[key + " frontier"] += 1
-            else:
-                front[key].append(got / measured - 1.0)
-                t_fr.append(got / measured - 1.0)
+            record(predict(b, p, p), measured, "frontier", front, t_fr)
         rows_out.append((ref.label, key, family.head_bearing, t_in, t_pl, t_fr))
     seconds = time.perf_counter() - started
 

@@ -9,6 +9,8 @@ historical fixtures in ``../shared/fixtures`` beside the checkout. A fresh clone
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,33 @@ def models() -> ModelRegistry:
 def fixture_models(fixtures: Path) -> ModelRegistry:
     """Embedded configs plus the fixture HF configs (../shared/fixtures/09_hf_configs)."""
     return ModelRegistry.default([fixtures / "09_hf_configs"])
+
+
+# --- writable copies of the migration fixtures (test_migrate, cli/test_migrate_cmd) -------------
+
+STALE_DIR = "01_dsv4_stale_vs_migrated/stale_parent_eed87c1c9"
+TWIN_DIR = "01_dsv4_stale_vs_migrated/migrated_93dfd1fd2"
+LEGACY_DIR = "03_legacy_no_num_heads/aiconfigurator-0.1.0_h200_sxm_trtllm_0.20.0"
+CSA_CTX = "b200_sxm/sparse_attention/sglang/0.5.10/dsv4_csa_context_module_perf.parquet"
+
+
+def writable_copy(src: Path, dst: Path) -> Path:
+    """The fixtures are read-only; copies must be writable for migrate to replace files."""
+    shutil.copytree(src, dst, copy_function=shutil.copyfile)
+    for p in [dst, *dst.rglob("*")]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    return dst
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def stale(fixtures: Path, tmp_path: Path) -> Path:
+    return writable_copy(fixtures / STALE_DIR, tmp_path / "stale")
+
+
+@pytest.fixture
+def legacy(fixtures: Path, tmp_path: Path) -> Path:
+    return writable_copy(fixtures / LEGACY_DIR, tmp_path / "legacy")

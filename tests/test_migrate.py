@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import os
 import shutil
-import stat
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,27 +24,14 @@ from modperf.migrate import (
 )
 from modperf.models import ModelRegistry
 from modperf.schema import corpus_schema
+from tests.conftest import CSA_CTX, STALE_DIR, TWIN_DIR, snapshot, writable_copy
 
-STALE_DIR = "01_dsv4_stale_vs_migrated/stale_parent_eed87c1c9"
-TWIN_DIR = "01_dsv4_stale_vs_migrated/migrated_93dfd1fd2"
 NATIVE_KEYED_DIR = "01_dsv4_stale_vs_migrated/native_keyed_kernel_93dfd1fd2"
-LEGACY_DIR = "03_legacy_no_num_heads/aiconfigurator-0.1.0_h200_sxm_trtllm_0.20.0"
-CSA_CTX = "b200_sxm/sparse_attention/sglang/0.5.10/dsv4_csa_context_module_perf.parquet"
 V3 = "deepseek-ai/DeepSeek-V3"
 CONTEXT_MLA_COLUMNS = ["framework", "version", "device", "op_name", "kernel_source", "mla_dtype", "kv_cache_dtype",
                        "num_heads", "batch_size", "isl", "tp_size", "step", "latency"]
 
 
-def writable_copy(src: Path, dst: Path) -> Path:
-    """The fixtures are read-only; copies must be writable for migrate to replace files."""
-    shutil.copytree(src, dst, copy_function=shutil.copyfile)
-    for p in [dst, *dst.rglob("*")]:
-        p.chmod(p.stat().st_mode | stat.S_IWUSR)
-    return dst
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def only(report, path_part: str = ""):
@@ -54,14 +40,6 @@ def only(report, path_part: str = ""):
     return plans[0]
 
 
-@pytest.fixture
-def stale(fixtures: Path, tmp_path: Path) -> Path:
-    return writable_copy(fixtures / STALE_DIR, tmp_path / "stale")
-
-
-@pytest.fixture
-def legacy(fixtures: Path, tmp_path: Path) -> Path:
-    return writable_copy(fixtures / LEGACY_DIR, tmp_path / "legacy")
 
 
 # --- stale native -> rank-local: the proof against the upstream migration ----------------------

@@ -36,6 +36,7 @@ import numpy as np
 from . import errors as E
 from .catalog import TableRef
 from .codes import combine, factorize, unique_codes
+from .shard import parse_tps, validate_tps  # noqa: F401  (parse_tps: public here too)
 from .corpus import Loaded, load_one, parallel_map, select_refs, version_key
 from .families import family_of, registry as family_registry
 from .families.base import HEADS, TP, Tier
@@ -542,10 +543,7 @@ def model_coverage(
     the local bucket exists (GQA: local q heads N/tp, local kv heads kv/tp or 1 where kv < tp,
     head_dim, full attention).
     """
-    bad = [t for t in tps if not isinstance(t, int) or t <= 0]
-    if bad or not tps:
-        raise E.OptionValueError("tp sizes must be positive integers", values={"tp": list(tps)},
-                                 fix="pass e.g. --tp 1,2,4,8")
+    tps = validate_tps(tps)
     start = time.perf_counter()
     registry = ModelRegistry.default(model_configs)
     cfg = registry.get(model)  # UnknownModelError says how to add the config
@@ -628,18 +626,6 @@ def model_coverage(
                 cells[t] = c
         answers.append(ModelAnswer(ref, fam.name, fam.tier.value, match, list(names), cells))
     return ModelCoverage(model, native, list(tps), answers, failures, time.perf_counter() - start)
-
-
-def parse_tps(text: str) -> list[int]:
-    """``"1,2,4,8"`` -> [1, 2, 4, 8]; anything else is an OptionValueError."""
-    try:
-        values = [int(p) for p in text.replace(" ", "").split(",") if p]
-    except ValueError:
-        values = []
-    if not values or any(v <= 0 for v in values):
-        raise E.OptionValueError("--tp takes positive integers separated by commas", values={"tp": text},
-                                 fix="pass e.g. --tp 1,2,4,8")
-    return sorted(set(values))
 
 
 __all__ = ["STANDARD_TP", "Cell", "CoverageDiff", "CoverageReport", "ModelAnswer", "ModelCoverage",

@@ -39,6 +39,7 @@ from .corpus import version_key
 from .families import family_of
 from .families.base import Tier
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, KIND_NAMES, REFUSED
+from .shard import validate_tps
 from .layers import AttentionLayer, LayerSchedule, layer_schedule
 
 if TYPE_CHECKING:
@@ -179,18 +180,6 @@ class Estimate:
 
 
 # --- planning -------------------------------------------------------------------------------
-
-
-def _parse_tps(tps: Iterable[int]) -> list[int]:
-    out = []
-    for tp in tps:
-        if not isinstance(tp, (int, np.integer)) or isinstance(tp, bool) or tp < 1:
-            raise E.UsageError(f"tp sizes must be positive integers, got {tp!r}", values={"tp": tp},
-                               fix="e.g. --tp 1,2,4,8")
-        out.append(int(tp))
-    if not out:
-        raise E.UsageError("no tp size given", fix="e.g. --tp 1,2,4,8")
-    return sorted(dict.fromkeys(out))
 
 
 def _needed_tables(schedule: LayerSchedule) -> list[str]:
@@ -423,7 +412,7 @@ def estimate(
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
             raise E.UsageError(f"{name} must be an integer >= {minimum}", values={name: value},
                                fix=f"pass --{name} N")
-    tp_list = _parse_tps(tps)
+    tp_list = validate_tps(tps)
     config = db.models.get(model)
     schedule = layer_schedule(config)
     covered = [(layer, n) for layer, n in schedule.groups() if layer.covered]

@@ -39,7 +39,8 @@ def test_estimate_errors_exit_2_with_a_message():
     assert result.exit_code == 2
     assert "error (shard): tp=5 does not divide the native head count 96" in result.stderr
     result = runner.invoke(app, [*KIMI, "--tp", "one"])
-    assert result.exit_code == 2 and "--tp takes comma-separated integers" in result.stderr
+    assert result.exit_code == 2
+    assert "error (option_value): --tp takes positive integers separated by commas [tp='one']" in result.stderr
     result = runner.invoke(app, [*KIMI, "--kernel-source", "FLASH_ATTN", "--json"])
     assert result.exit_code == 2 and json.loads(result.stdout)["error"]["kind"] == "usage"
 

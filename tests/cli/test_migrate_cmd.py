@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -16,24 +14,12 @@ from typer.testing import CliRunner
 
 from modperf.atomic import temp_files
 from modperf.cli import app
+from tests.conftest import CSA_CTX, TWIN_DIR, snapshot
 
-STALE_DIR = "01_dsv4_stale_vs_migrated/stale_parent_eed87c1c9"
-TWIN_DIR = "01_dsv4_stale_vs_migrated/migrated_93dfd1fd2"
-LEGACY_DIR = "03_legacy_no_num_heads/aiconfigurator-0.1.0_h200_sxm_trtllm_0.20.0"
-CSA_CTX = "b200_sxm/sparse_attention/sglang/0.5.10/dsv4_csa_context_module_perf.parquet"
 
 runner = CliRunner()
 
 
-def writable_copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst, copy_function=shutil.copyfile)
-    for p in [dst, *dst.rglob("*")]:
-        p.chmod(p.stat().st_mode | stat.S_IWUSR)
-    return dst
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def run(*args: str):  # noqa: ANN201
@@ -43,14 +29,6 @@ def run(*args: str):  # noqa: ANN201
     return result
 
 
-@pytest.fixture
-def stale(fixtures: Path, tmp_path: Path) -> Path:
-    return writable_copy(fixtures / STALE_DIR, tmp_path / "stale")
-
-
-@pytest.fixture
-def legacy(fixtures: Path, tmp_path: Path) -> Path:
-    return writable_copy(fixtures / LEGACY_DIR, tmp_path / "legacy")
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(stale: Path) -> None:

@@ -10,16 +10,10 @@ from rich.table import Table
 
 from .. import errors as E
 from ..db import Database
+from ..shard import parse_tps
 from ..estimate import Estimate, TpEstimate, estimate
 from . import app
 from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
-
-
-def _tps(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise E.UsageError(f"--tp takes comma-separated integers, got {text!r}", fix="e.g. --tp 1,2,4,8") from None
 
 
 def _pins(values: list[str] | None) -> dict[str, str]:
@@ -108,7 +102,7 @@ def estimate_command(
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     dtypes = {"kv_cache_dtype": kv_cache_dtype, "attn_dtype": attn_dtype, "mla_dtype": mla_dtype,
               "gemm_type": gemm_type, "gemm_dtype": gemm_dtype}
-    est = estimate(db, model=model, system=system, backend=backend, tps=_tps(tp), isl=isl, osl=osl, batch=batch,
+    est = estimate(db, model=model, system=system, backend=backend, tps=parse_tps(tp), isl=isl, osl=osl, batch=batch,
                    prefix=prefix, version=version, dtypes=dtypes, kernel_sources=_pins(kernel_source),
                    decode_mean=decode_mean, allow_substitute=allow_substitute)
     if json_out:

@@ -11,7 +11,7 @@ import pytest
 
 from modperf.catalog import refs_for_paths
 from modperf.codes import combine, factorize, unique_codes
-from modperf.load import load_table
+from modperf.loader import load_table
 
 
 def raw_rows(path: Path, columns: list[str]) -> dict[str, np.ndarray]:

@@ -79,7 +79,12 @@ def test_model_question_named_alias_and_local_only() -> None:
 
     k3 = model_coverage("moonshotai/Kimi-K3", [1, 2, 4, 8, 16], table="mla_context_module")
     answering = [(a.ref.system, a.ref.backend, a.ref.version, a.answerable_tps) for a in k3.answers if a.answerable_tps]
-    assert answering == [("gb300", "vllm", "0.27.0", [1, 2, 4, 8])]
+    # tp16 (local 6) was not swept, but it lies between the measured locals 4 and 8: a query
+    # answers it interpolated, and coverage says so (one heads-axis rule, modperf.deployment)
+    assert answering == [("gb300", "vllm", "0.27.0", [1, 2, 4, 8, 16])]
+    (gb300,) = [a for a in k3.answers if a.answerable_tps]
+    assert gb300.cells[16].measured is False and gb300.cells[16].answer == "interpolated"
+    assert gb300.cells[16].via == "interpolated" and gb300.cells[8].answer == "exact"
     assert {a.match for a in k3.answers} == {"named", "native-missing"}
 
     # GLM-5 is named in most DSA tables; in the sglang 0.5.14 Blackwell tables only its aliases
@@ -91,8 +96,12 @@ def test_model_question_named_alias_and_local_only() -> None:
     assert all(a.answerable_tps == [1, 2, 4, 8] for a in glm.answers)
 
     # MLA kernels are local-only: Kimi-K3's locals 96/48/24/12 exist only in the vllm mla_bmm sweeps
+    # (elsewhere they lie between the measured powers of two: answered, interpolated)
     kernel = model_coverage("moonshotai/Kimi-K3", [1, 2, 4, 8], table="mla_bmm")
-    assert sorted((a.ref.system, a.ref.backend, a.ref.version) for a in kernel.answers if a.answerable_tps) == [
+    assert all(a.answerable_tps == [1, 2, 4, 8] for a in kernel.answers)
+    assert {c.answer for a in kernel.answers for c in a.cells.values()} == {"exact", "interpolated"}
+    assert sorted((a.ref.system, a.ref.backend, a.ref.version) for a in kernel.answers
+                  if all(c.answer == "exact" for c in a.cells.values())) == [
         ("b200_sxm", "sglang", "0.5.14"), ("b200_sxm", "vllm", "0.24.0"), ("b300_sxm", "vllm", "0.24.0"),
         ("gb200", "vllm", "0.24.0"), ("gb300", "vllm", "0.24.0"), ("gb300", "vllm", "0.27.0"),
         ("h100_sxm", "vllm", "0.24.0"), ("h200_sxm", "vllm", "0.24.0")]
@@ -117,6 +126,23 @@ def test_native_keyed_sparse_kernel_cells() -> None:
     assert len(report.slots) == 6
     for s in report.slots:
         assert [(n.native, [c.tp for c in n.cells if c.measured]) for n in s.natives] == [(64, [1]), (128, [1])]
+
+
+def test_coverage_and_query_agree_on_kimi_k3(db) -> None:
+    """What coverage calls answerable, a query answers, with the same kind; what it does not, a
+    query refuses (the disagreement the consolidation issue found: tp16 on gb300)."""
+    k3 = model_coverage("moonshotai/Kimi-K3", [1, 2, 4, 8, 16, 32], table="mla_context_module")
+    point = {"batch_size": 1, "isl": 1024, "step": 0, "kernel_source": "FLASH_ATTN", "kv_cache_dtype": "bfloat16",
+             "gemm_type": "bfloat16"}
+    for a in k3.answers:
+        for tp, cell in a.cells.items():
+            fields = {"table": a.ref.table, "system": a.ref.system, "backend": a.ref.backend,
+                      "version": a.ref.version, "model": "moonshotai/Kimi-K3", "tp_size": tp, **point}
+            if cell is not None and cell.answerable:
+                assert db.query(**fields).kind == cell.answer, (a.ref.label, tp)
+            else:
+                with pytest.raises((E.NotCoveredError, E.QueryFieldError)):
+                    db.query(**fields)
 
 
 def test_diff_gb300_vllm_0_24_to_0_27() -> None:
@@ -145,7 +171,8 @@ def test_csv_and_json_layouts(mla_module_coverage) -> None:
     text = to_csv(rows)
     header = text.splitlines()[0].split(",")
     assert header == ["system", "backend", "version", "table", "family", "tier", "reused_from", "native", "models",
-                      "tp", "local", "measured", "answerable", "points", "variants", "collected_tp", "via"]
+                      "tp", "local", "measured", "answerable", "points", "variants", "collected_tp", "via",
+                      "answer"]
     k3_tp8 = [r for r in rows if r["native"] == 96 and r["tp"] == 8]
     assert len(k3_tp8) == 1 and k3_tp8[0]["local"] == 12 and k3_tp8[0]["measured"] is True
     d = report.to_dict()

@@ -12,7 +12,7 @@ import pytest
 
 from modperf import errors as E
 from modperf.catalog import TableRef, embedded_data_root, refs_for_paths
-from modperf.corpus import load_one
+from modperf.loader import load_one
 from modperf.dedupe import DEFAULT_TOLERANCE, audit_table, dedupe, write_table
 from modperf.models import ModelRegistry
 

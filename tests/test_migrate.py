@@ -17,14 +17,14 @@ import pytest
 from modperf import errors as E
 from modperf.atomic import temp_files
 from modperf.catalog import TableRef, embedded_data_root
-from modperf.load import load_table
+from modperf.loader import load_table
 from modperf.migrate import (
     LEGACY, NATIVE_KEYED, NO_TP_AXIS, NOTHING, RANK_LOCAL, REFUSED, REWRITE, STALE, UNREADABLE, WRITE, migrate,
-    read_source,
 )
+from modperf.reader import read_table
 from modperf.models import ModelRegistry
 from modperf.schema import corpus_schema
-from tests.conftest import CSA_CTX, STALE_DIR, TWIN_DIR, snapshot, writable_copy
+from tests.helpers import CSA_CTX, STALE_DIR, TWIN_DIR, snapshot, writable_copy
 
 NATIVE_KEYED_DIR = "01_dsv4_stale_vs_migrated/native_keyed_kernel_93dfd1fd2"
 V3 = "deepseek-ai/DeepSeek-V3"
@@ -306,7 +306,7 @@ def test_legacy_target_that_exists_is_refused_unless_it_is_this_migration(legacy
 
 
 def test_legacy_parquet_needs_out_and_matches_the_csv_migration(legacy: Path, tmp_path: Path) -> None:
-    source = read_source(legacy / "context_mla_perf.txt", {"version": pa.string()})
+    source = read_table(legacy / "context_mla_perf.txt", as_stored=True, csv_types={"version": pa.string()})
     folder = tmp_path / "pq"
     folder.mkdir()
     pq.write_table(source, folder / "context_mla_perf.parquet")
@@ -419,7 +419,7 @@ def test_a_write_failing_midway_leaves_the_original_and_no_temp_file(stale: Path
 
 
 def test_verification_failure_replaces_nothing(stale: Path, monkeypatch) -> None:  # noqa: ANN001
-    import modperf.migrate as migrate_module
+    import modperf.migrate.execute as migrate_module
     from modperf.atomic import parquet_writer
 
     def tampered(table: pa.Table, **kwargs):  # noqa: ANN003

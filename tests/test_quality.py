@@ -10,7 +10,7 @@ import pytest
 
 from modperf import errors as E
 from modperf.catalog import TableRef
-from modperf.corpus import load_one
+from modperf.loader import load_one
 from modperf.models import ModelRegistry
 from modperf.quality import Thresholds, assess, assess_tables
 

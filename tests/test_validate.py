@@ -15,7 +15,7 @@ import pytest
 
 from modperf import errors as E
 from modperf.catalog import TableRef, refs_for_paths
-from modperf.load import try_load
+from modperf.loader import load_one
 from modperf.models import ModelRegistry
 
 MLA_MODULE = ("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module")  # DeepSeek-V3, tp=1 sweep
@@ -47,8 +47,8 @@ def patched(table: pa.Table, name: str, rows: dict[int, object]) -> pa.Table:
 
 
 def failures(ref: TableRef, models: ModelRegistry) -> list[E.ModperfError]:
-    result = try_load(ref, models)
-    assert result.table is None, "the variant should have been rejected"
+    result = load_one(ref, models)
+    assert result.keyed is None, "the variant should have been rejected"
     return result.failures
 
 
@@ -59,7 +59,7 @@ def only(fs: list[E.ModperfError], cls: type[E.ModperfError]) -> E.ModperfError:
 
 def test_the_base_tables_load(db, models):
     for slot in (MLA_MODULE, DSV4_GEN, GLM5_TOPK):
-        assert try_load(db.ref(*slot), models).ok
+        assert load_one(db.ref(*slot), models).ok
 
 
 def test_unreadable_truncated_parquet(db, models, tmp_path):

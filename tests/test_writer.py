@@ -16,7 +16,7 @@ import yaml
 from modperf import errors as E
 from modperf.atomic import temp_files
 from modperf.check import check
-from modperf.load import load_table
+from modperf.loader import load_table
 from modperf.models import ModelRegistry
 from modperf.writer import SIDECAR, open_writer
 

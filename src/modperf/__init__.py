@@ -21,13 +21,13 @@ from .check import CheckReport, check
 from .db import Database, open
 from .errors import ModperfError
 from .families import Family, Tier, family_of, registry
-from .load import load_table, try_load
+from .loader import Loaded, Scope, load_one, load_table
 from .models import ModelConfig, ModelRegistry
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Catalog", "CheckReport", "Database", "Family", "KeyedTable", "ModelConfig", "ModelRegistry",
-    "ModperfError", "TableRef", "Tier", "check", "errors", "family_of", "load_table", "open", "registry",
-    "try_load",
+    "Catalog", "CheckReport", "Database", "Family", "KeyedTable", "Loaded", "ModelConfig", "ModelRegistry",
+    "ModperfError", "Scope", "TableRef", "Tier", "check", "errors", "family_of", "load_one", "load_table", "open",
+    "registry",
 ]

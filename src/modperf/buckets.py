@@ -13,6 +13,7 @@ actually measured, bit for bit.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,13 @@ class KeyedTable:
     @property
     def models(self) -> list[str]:
         return sorted({m for ms in self.bucket_models for m in ms})
+
+    def seen_as(self, ref: TableRef) -> KeyedTable:
+        """The same loaded data seen through another slot (a reuse declaration): the arrays are
+        shared, only the provenance changes."""
+        view = copy.copy(self)
+        view.ref = ref
+        return view
 
     def bucket_id(self, key: tuple[Any, ...]) -> int | None:
         return self._index.get(key)

@@ -1,7 +1,8 @@
 """``modperf check``: load every head-bearing table with every guard and report per family.
 
 Failures are collected, never short-circuited: one bad file does not hide another, and one
-file reports all of its problems.
+file reports all of its problems. With ``quality`` the same load also feeds the plausibility
+checks (:mod:`modperf.quality`): every file is read and validated once.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors as E
-from .catalog import TableRef, refs_for_paths
-from .corpus import parallel_map, select_refs
-from .families import family_of, head_bearing_tables, registry
-from .load import LoadResult, try_load
-from .models import ModelRegistry
+from .catalog import TableRef
+from .families import family_of, registry
+from .loader import Loaded, Scope, load_groups, load_many
+from .quality import QualityReport, Thresholds, assess_loaded, group_key, sort_files
 
-ProgressCallback = Callable[[int, int, TableRef], None]
+ProgressCallback = Callable[[int, int, Any], None]
 
 
 @dataclass
@@ -41,9 +41,9 @@ class FileResult:
         return not self.failures
 
     @classmethod
-    def from_load(cls, res: LoadResult) -> "FileResult":
+    def from_load(cls, res: Loaded) -> FileResult:
         out = cls(res.ref, res.family.name if res.family else None, list(res.failures), seconds=res.seconds)
-        t = res.table
+        t = res.keyed
         if t is not None:
             out.rows, out.points, out.buckets = t.rows_read, t.n_points, t.n_buckets
             out.natives, out.models = t.natives, t.models
@@ -119,6 +119,7 @@ class CheckReport:
     problems: list[E.ModperfError]  # failures not tied to one table (catalog, reuse)
     skipped: int  # tables found that are not head-bearing
     seconds: float
+    quality: QualityReport | None = None
 
     @property
     def failures(self) -> list[E.ModperfError]:
@@ -144,19 +145,8 @@ class CheckReport:
             "families": {k: v.to_dict() for k, v in self.families.items()},
             "problems": [p.to_dict() for p in self.problems],
             "files": [fr.to_dict() for fr in self.files],
+            **({"quality": self.quality.to_dict()} if self.quality is not None else {}),
         }
-
-
-def _refs(paths: Sequence[str] | None, data_root: str | None, table: str | None) -> tuple[list[TableRef], int, list[E.ModperfError]]:
-    """(tables to check, tables skipped for carrying no head axis, problems of the data root)."""
-    heads = set(head_bearing_tables())
-    refs, catalog = select_refs(paths, data_root=data_root, table=table)
-    if catalog is None:
-        found = refs_for_paths(paths or [])
-        return refs, sum(r.table not in heads for r in found) - sum(r.table not in heads for r in refs), []
-    problems: list[E.ModperfError] = [
-        E.DataRootError(p, fix="restore the donor table or correct reuse.yaml") for p in catalog.problems]
-    return refs, len(catalog.files) - len(catalog.select(tables=heads)), problems
 
 
 def check(
@@ -167,32 +157,43 @@ def check(
     model_configs: Iterable[str] | None = None,
     on_progress: ProgressCallback | None = None,
     workers: int | None = None,
+    quality: Thresholds | None = None,
+    quality_examples: int = 10,
+    scope: Scope | None = None,
 ) -> CheckReport:
     """Load every head-bearing table under ``data_root`` (or the given files/folders) with
-    every guard. Raises only for usage errors (bad root, unknown table); data problems are in
-    the report."""
+    every guard; with ``quality``, assess the loaded tables too. Raises only for usage errors
+    (bad root, unknown table); data problems are in the report."""
     start = time.perf_counter()
-    models = ModelRegistry.default(model_configs)
-    refs, skipped, problems = _refs(paths, data_root, table)
+    if quality is not None:
+        quality.validate()
+    scope = scope or Scope.of(paths, data_root=data_root, table=table, model_configs=model_configs)
+    selection = scope.select()
     families = {
         name: FamilySummary(name, fam.title, fam.tier.value, fam.native_source.value)
         for name, fam in registry().items()
-        if fam.head_bearing or paths
+        if fam.head_bearing or scope.paths
     }
+    quality_report = None
+    if quality is None:
+        by_path = load_many(selection, FileResult.from_load, workers=workers, on_progress=on_progress)
+        results = [by_path[ref.path] for ref in selection.refs]
+    else:
+        q_start = time.perf_counter()
 
-    def run(ref: TableRef) -> FileResult:
-        return FileResult.from_load(try_load(ref, models))
+        def each(group: list[Loaded]) -> list[tuple[FileResult, Any]]:
+            return list(zip([FileResult.from_load(ld) for ld in group], assess_loaded(group, quality, quality_examples)))
 
-    def done(i: int, total: int, fr: FileResult) -> None:
+        pairs = load_groups(selection, group_key, each, workers=workers, on_progress=on_progress)
+        results = [fr for fr, _ in pairs]
+        quality_report = QualityReport(quality, sort_files([fq for _, fq in pairs]), time.perf_counter() - q_start)
+    for fr in results:
         if fr.family is not None:
             families[fr.family].add(fr)
-        if on_progress is not None:
-            on_progress(i, total, fr.ref)
-
-    results = parallel_map(run, refs, workers, done)
     used = {fr.family for fr in results}
-    families = {k: v for k, v in families.items() if k in used or not paths}
-    return CheckReport(results, families, problems, skipped, time.perf_counter() - start)
+    families = {k: v for k, v in families.items() if k in used or not scope.paths}
+    return CheckReport(results, families, selection.problems, selection.skipped, time.perf_counter() - start,
+                       quality_report)
 
 
 def describe_family(name: str) -> dict[str, Any]:

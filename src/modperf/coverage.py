@@ -13,10 +13,13 @@ the table holds, a **cell** (N, tp) is:
   In the native-keyed sparse-kernel tables num_heads is N on every row and tp_size is a key,
   so the cell is the bucket with that tp_size. In local-only tables (GQA, MLA kernel) the
   native is what the rows record: num_heads * tp_size (tp chains) or the model's config.
-* ``answerable`` -- a query for (N, tp) finds its bucket without substituting another
-  native: the same as ``measured`` in the native-keyed families; in local-only families any
-  bucket of local N / tp answers, whichever native's chain measured it, because the local key
-  completes the computation there.
+* ``answerable`` -- a query for (N, tp) is answered without substituting another native, by
+  the rule a query's grid applies to its heads axis (:func:`modperf.deployment.heads_answer`):
+  ``answer`` says how -- ``exact`` (a bucket at local N / tp: in [native][local] families the
+  native's own; in local-only families any native's, because the local key completes the
+  computation there), ``interpolated`` (between measured locals of the same group) or
+  ``extrapolated`` (within the query's limit past the nearest measured local). In the
+  native-keyed families tp_size is a key, so only a measured cell answers.
 
 ``points`` counts the grid points of the bucket(s) behind a cell, summed over their variants
 (one bucket per combination of categorical keys: dtypes, kernel, op).
@@ -36,11 +39,20 @@ import numpy as np
 from . import errors as E
 from .catalog import TableRef
 from .codes import combine, factorize, unique_codes
-from .shard import parse_tps, validate_tps  # noqa: F401  (parse_tps: public here too)
-from .corpus import Loaded, load_one, parallel_map, select_refs, version_key
-from .families import family_of, registry as family_registry
-from .families.base import HEADS, TP, Tier
-from .models import ModelConfig, ModelRegistry
+from .deployment import (
+    gqa_dims,
+    heads_answer,
+    kv_shardable,
+    local_kv_heads,
+    parse_tps,
+    validate_tps,
+)
+from .families import family_of
+from .families import registry as family_registry
+from .families.base import HEADS, TP, Family, Tier
+from .loader import Loaded, Scope, Selection, load_many
+from .models import ModelConfig
+from .versions import version_key
 
 #: tp sizes every native is shown at (where tp divides the native); other divisors appear
 #: where the table measured their local count (Kimi-K3's 96 heads: tp 3, 6, 12, ...).
@@ -56,15 +68,18 @@ class Cell:
     points: int = 0
     variants: int = 0
     collected_tp: list[int] = field(default_factory=list)
+    #: How a query answers the cell: exact | interpolated | extrapolated (None: it does not).
+    answer: str | None = None
 
     @property
     def via(self) -> str:
         """How the cell is known: chain (rows at this tp), sweep (tp=1 rows at this local),
-        local (another native's rows at this local, local-only tables), or - (unanswerable)."""
+        local (another native's rows at this local, local-only tables), interpolated /
+        extrapolated (between or past the measured locals), or - (unanswerable)."""
         if not self.answerable:
             return "-"
         if not self.measured:
-            return "local"
+            return "local" if self.answer in (None, "exact") else str(self.answer)
         kinds = []
         if self.tp in self.collected_tp:
             kinds.append("chain" if self.tp > 1 else "tp1")
@@ -74,8 +89,8 @@ class Cell:
 
     def to_dict(self) -> dict[str, Any]:
         return {"tp": self.tp, "local": self.local, "measured": self.measured, "answerable": self.answerable,
-                "points": self.points, "variants": self.variants, "collected_tp": self.collected_tp,
-                "via": self.via}
+                "answer": self.answer, "points": self.points, "variants": self.variants,
+                "collected_tp": self.collected_tp, "via": self.via}
 
 
 @dataclass
@@ -143,7 +158,7 @@ class _FileFacts:
     locals: dict[int, int] = field(default_factory=dict)
     models_by_native: dict[int, list[str]] = field(default_factory=dict)
     geometry_by_native: dict[int, tuple] = field(default_factory=dict)
-    #: bucket key dict + points, for GQA model questions (kv heads, head_dim, window)
+    #: bucket key dict + points, for families keying kv heads (GQA model questions)
     buckets: list[tuple[dict[str, Any], int]] = field(default_factory=list)
 
 
@@ -164,7 +179,7 @@ def _facts(loaded: Loaded) -> _FileFacts:
             entry = facts.by_native_local.setdefault((nat, loc), [0, 0])
         entry[0] += pts
         entry[1] += 1
-        if tier is Tier.LOCAL and kt.family.name == "gqa":
+        if kt.family.kv_heads_key is not None:
             facts.buckets.append((dict(zip(kt.key_names, kt.bucket_keys[b])), pts))
     if vt.native is not None and TP in vt.integers:
         native, heads, tp = vt.native, vt.integers[HEADS], vt.integers[TP]
@@ -216,7 +231,7 @@ def _slot_coverage(ref: TableRef, facts: _FileFacts) -> SlotCoverage:
                 hit = facts.by_native_tp.get((nat, t))
                 local = nat // t if nat % t == 0 else 0
                 cells.append(Cell(t, local, hit is not None, hit is not None, *(hit or (0, 0)),
-                                  collected_tp=[t] if hit else []))
+                                  collected_tp=[t] if hit else [], answer="exact" if hit else None))
             out.natives.append(NativeCoverage(nat, facts.models_by_native.get(nat, []), cells))
         return out
     if fam.tier is Tier.NATIVE_LOCAL:
@@ -226,8 +241,9 @@ def _slot_coverage(ref: TableRef, facts: _FileFacts) -> SlotCoverage:
             cells = []
             for t in _tp_columns(nat, locals_):
                 hit = facts.by_native_local.get((nat, nat // t))
-                cells.append(Cell(t, nat // t, hit is not None, hit is not None, *(hit or (0, 0)),
-                                  collected_tp=sorted(facts.collected.get((nat, nat // t), ()))))
+                answer = heads_answer(locals_, nat // t)
+                cells.append(Cell(t, nat // t, hit is not None, answer is not None, *(hit or (0, 0)),
+                                  collected_tp=sorted(facts.collected.get((nat, nat // t), ())), answer=answer))
             undeployable = [loc for loc in locals_ if loc > nat or nat % loc]
             out.natives.append(NativeCoverage(nat, facts.models_by_native.get(nat, []), cells, undeployable))
         return out
@@ -241,7 +257,8 @@ def _slot_coverage(ref: TableRef, facts: _FileFacts) -> SlotCoverage:
             collected = sorted(facts.collected.get((nat, loc), ()))
             pts = facts.locals.get(loc, 0)
             variants = facts.by_native_local.get((-1, loc), [0, 0])[1]
-            cells.append(Cell(t, loc, bool(collected), loc in facts.locals, pts, variants, collected))
+            answer = heads_answer(list(facts.locals), loc)
+            cells.append(Cell(t, loc, bool(collected), answer is not None, pts, variants, collected, answer))
         undeployable = [loc for loc in measured_locals if loc > nat or nat % loc]
         out.natives.append(NativeCoverage(nat, facts.models_by_native.get(nat, []), cells, undeployable))
     return out
@@ -284,7 +301,7 @@ class CoverageReport:
                                 "native": nc.native, "models": ";".join(nc.models), "tp": c.tp, "local": c.local,
                                 "measured": c.measured, "answerable": c.answerable, "points": c.points,
                                 "variants": c.variants, "collected_tp": ";".join(map(str, c.collected_tp)),
-                                "via": c.via})
+                                "via": c.via, "answer": c.answer})
         return out
 
 
@@ -302,15 +319,10 @@ def to_csv(records: Sequence[dict[str, Any]]) -> str:
 ProgressCallback = Callable[[int, int, Any], None]
 
 
-def _load_facts(refs: Sequence[TableRef], registry: ModelRegistry, workers: int | None,
+def _load_facts(selection: Selection, workers: int | None,
                 on_progress: ProgressCallback | None) -> dict[Any, _FileFacts]:
     """Facts per physical file, each file loaded once however many slots it answers."""
-    physical: dict[Any, TableRef] = {}
-    for ref in refs:
-        physical.setdefault(ref.path, ref)
-    items = list(physical.values())
-    facts = parallel_map(lambda r: _facts(load_one(r, registry)), items, workers, on_progress)
-    return {ref.path: f for ref, f in zip(items, facts)}
+    return load_many(selection, _facts, workers=workers, on_progress=on_progress)
 
 
 def _sort_key(ref: TableRef) -> tuple:
@@ -332,11 +344,11 @@ def coverage(
     """The native x tp matrix of every head-bearing slot (reuse-resolved) under the data root,
     or of the given files/folders."""
     start = time.perf_counter()
-    registry = ModelRegistry.default(model_configs)
-    refs, _ = select_refs(paths, data_root=data_root, table=table, physical=False, system=system,
-                          backend=backend, version=version)
-    facts = _load_facts(refs, registry, workers, on_progress)
-    slots = [_slot_coverage(ref, facts[ref.path]) for ref in sorted(refs, key=_sort_key)]
+    scope = Scope.of(paths, data_root=data_root, table=table, system=system, backend=backend, version=version,
+                     model_configs=model_configs, physical=False)
+    selection = scope.select()
+    facts = _load_facts(selection, workers, on_progress)
+    slots = [_slot_coverage(ref, facts[ref.path]) for ref in sorted(selection.refs, key=_sort_key)]
     return CoverageReport(slots, time.perf_counter() - start)
 
 
@@ -380,6 +392,13 @@ class CoverageDiff:
     def ok(self) -> bool:
         return not self.failures
 
+    def rows(self) -> list[dict[str, Any]]:
+        """One flat record per (slot, native) (the CSV layout)."""
+        return [{"system": s.system, "backend": s.backend, "table": s.table, "status": s.status, "native": nat,
+                 "gained_tp": ";".join(map(str, d["gained"])), "lost_tp": ";".join(map(str, d["lost"])),
+                 "points_before": sum(d["points_before"].values()), "points_after": sum(d["points_after"].values())}
+                for s in self.slots for nat, d in s.natives.items()]
+
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "before": self.before, "after": self.after, "seconds": round(self.seconds, 3),
                 "slots": [s.to_dict() for s in self.slots], "failures": [f.to_dict() for f in self.failures]}
@@ -420,18 +439,18 @@ def coverage_diff(
     """What moving from version ``before`` to ``after`` gains and loses, per (system, backend,
     table) that holds either version: cells measured, points per cell, locals."""
     start = time.perf_counter()
-    registry = ModelRegistry.default(model_configs)
-    refs, catalog = select_refs(None, data_root=data_root, table=table, physical=False, system=system,
-                                backend=backend)
-    have = {r.version for r in refs}
+    scope = Scope.of(None, data_root=data_root, table=table, system=system, backend=backend,
+                     model_configs=model_configs, physical=False)
+    selection = scope.select()
+    have = {r.version for r in selection.refs}
     for v in (before, after):
         if v not in have:
             known = sorted(have, key=version_key)
             raise E.OptionValueError(
                 f"no head-bearing table of version {v!r} matches the filters", values={"version": v},
                 fix="versions present: " + ", ".join(known[:30]) + (" ..." if len(known) > 30 else ""))
-    refs = [r for r in refs if r.version in (before, after)]
-    facts = _load_facts(refs, registry, workers, on_progress)
+    selection.refs = refs = [r for r in selection.refs if r.version in (before, after)]
+    facts = _load_facts(selection, workers, on_progress)
     cov = {(r.system, r.backend, r.table, r.version): _slot_coverage(r, facts[r.path]) for r in refs}
     pairs = sorted({(s, b, t) for (s, b, t, _) in cov}, key=lambda k: (k[0] or "", k[1] or "", k[2]))
     slots = []
@@ -489,6 +508,15 @@ class ModelCoverage:
         return {"slots_considered": len(self.answers), "slots_answering_tp": {str(k): v for k, v in per_tp.items()},
                 "slots_answering_every_tp": complete}
 
+    def rows(self) -> list[dict[str, Any]]:
+        """One flat record per (slot, tp) (the CSV layout)."""
+        return [{"model": self.model, "native": self.native, "system": a.ref.system, "backend": a.ref.backend,
+                 "version": a.ref.version, "table": a.ref.table, "family": a.family, "match": a.match, "tp": t,
+                 "local": c.local if c else None, "answerable": bool(c and c.answerable),
+                 "measured": bool(c and c.measured), "points": c.points if c else 0, "via": c.via if c else "n/a",
+                 "answer": c.answer if c else None}
+                for a in self.answers for t, c in a.cells.items()]
+
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "model": self.model, "native": self.native, "tps": self.tps,
                 "seconds": round(self.seconds, 3), "summary": self.summary(),
@@ -502,22 +530,31 @@ def _model_geometry(cfg: ModelConfig, family: Any, table: str) -> tuple | None:
         return None  # the config lacks a field this family reads: not this kind of model
 
 
-def _kernel_dims_match(cfg: ModelConfig, family: Any) -> bool:
+def _kernel_dims_match(cfg: ModelConfig, family: Family) -> bool:
     dims = family.notes.get("kernel_dims") or {}
     return bool(dims) and all(cfg.get(k, None) == v for k, v in dims.items())
 
 
-def _gqa_dims(cfg: ModelConfig) -> tuple[int, int] | None:
-    kv = cfg.kv_heads
-    if kv is None:
-        return None
-    head_dim = cfg.get("head_dim", None)
-    if not isinstance(head_dim, int):
-        hidden = cfg.get("hidden_size", None)
-        if not isinstance(hidden, int) or hidden % cfg.native_heads:
-            return None
-        head_dim = hidden // cfg.native_heads
-    return kv, head_dim
+def _kv_heads_cells(cfg: ModelConfig, family: Family, facts: _FileFacts, tps: Sequence[int]) -> dict[int, Cell | None]:
+    """Cells of a table keying kv heads (GQA): the group of the model's rank-local kv heads,
+    head_dim and full attention answers the local q heads by the heads-axis rule."""
+    dims = gqa_dims(cfg)
+    assert dims is not None and family.kv_heads_key is not None
+    kv, head_dim = dims
+    native = cfg.native_heads
+    cells: dict[int, Cell | None] = {}
+    for t in tps:
+        if native % t or not kv_shardable(kv, t):
+            cells[t] = None
+            continue
+        local, local_kv = native // t, local_kv_heads(kv, t)
+        group = [(key.get(HEADS), pts) for key, pts in facts.buckets
+                 if key.get(family.kv_heads_key) == local_kv and key.get("head_dim") == head_dim
+                 and key.get("window_size", 0) == 0]
+        hits = [pts for heads, pts in group if heads == local]
+        answer = heads_answer([int(h) for h, _ in group if h is not None], local)
+        cells[t] = Cell(t, local, bool(hits), answer is not None, sum(hits), len(hits), answer=answer)
+    return cells
 
 
 def model_coverage(
@@ -537,20 +574,23 @@ def model_coverage(
 
     A slot of a native-keyed family is considered when the model's module geometry for that
     family (its config's fields) equals a geometry measured anywhere in that family; it answers
-    tp when its native-N bucket holds that geometry (the model by name or an alias) and the cell
-    (N, tp) is measured. An MLA-kernel slot is considered when the model's latent dims equal
-    the kernel's; a GQA slot when the model is of no latent/sparse family; both answer tp when
-    the local bucket exists (GQA: local q heads N/tp, local kv heads kv/tp or 1 where kv < tp,
-    head_dim, full attention).
+    tp when its native-N bucket holds that geometry (the model by name or an alias) and the
+    heads-axis rule answers local N / tp (:func:`modperf.deployment.heads_answer`). An
+    MLA-kernel slot is considered when the model's latent dims equal the kernel's; a slot of a
+    family keying kv heads (GQA) when the model is of no latent/sparse family; both answer tp
+    by the heads-axis rule over the locals of the group the model's shard selects (GQA: local
+    kv heads by the sharding rule of modperf.deployment, head_dim, full attention).
     """
     tps = validate_tps(tps)
     start = time.perf_counter()
-    registry = ModelRegistry.default(model_configs)
+    scope = Scope.of(None, data_root=data_root, table=table, system=system, backend=backend, version=version,
+                     model_configs=model_configs, physical=False)
+    registry = scope.registry()
     cfg = registry.get(model)  # UnknownModelError says how to add the config
     native = cfg.native_heads
-    refs, _ = select_refs(None, data_root=data_root, table=table, physical=False, system=system,
-                          backend=backend, version=version)
-    facts = _load_facts(refs, registry, workers, on_progress)
+    selection = scope.select()
+    refs = selection.refs
+    facts = load_many(selection, _facts, registry=registry, workers=workers, on_progress=on_progress)
 
     # geometries measured anywhere, per family (which families are this model's kind)
     measured_geometries: dict[str, set[tuple]] = {}
@@ -594,21 +634,11 @@ def model_coverage(
                     continue
                 c = nc.cell(t) if nc is not None and match in ("named", "alias") else None
                 cells[t] = c if c is not None else Cell(t, native // t, False, False)
-        elif fam.name == "gqa":
-            dims = _gqa_dims(cfg)
-            if latent_or_sparse or dims is None:
+        elif fam.kv_heads_key is not None:
+            if latent_or_sparse or gqa_dims(cfg) is None:
                 continue
-            kv, head_dim = dims
             match, names = "local-only", []
-            for t in tps:
-                if native % t or (kv % t and t % kv):
-                    cells[t] = None
-                    continue
-                local, local_kv = native // t, max(kv // t, 1)
-                hits = [pts for key, pts in f.buckets
-                        if key.get(HEADS) == local and key.get("num_key_value_heads") == local_kv
-                        and key.get("head_dim") == head_dim and key.get("window_size", 0) == 0]
-                cells[t] = Cell(t, local, bool(hits), bool(hits), sum(hits), len(hits))
+            cells = _kv_heads_cells(cfg, fam, f, tps)
         else:
             if not _kernel_dims_match(cfg, fam):
                 continue
@@ -622,7 +652,8 @@ def model_coverage(
                 c = nc.cell(t) if nc is not None else None
                 if c is None:
                     loc = native // t
-                    c = Cell(t, loc, False, loc in slot.locals, slot.locals.get(loc, 0), 0)
+                    answer = heads_answer(list(slot.locals), loc)
+                    c = Cell(t, loc, False, answer is not None, slot.locals.get(loc, 0), 0, answer=answer)
                 cells[t] = c
         answers.append(ModelAnswer(ref, fam.name, fam.tier.value, match, list(names), cells))
     return ModelCoverage(model, native, list(tps), answers, failures, time.perf_counter() - start)

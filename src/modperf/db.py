@@ -1,18 +1,17 @@
-"""The database: a data root, its model configs, and keyed tables loaded on first use."""
+"""The database: a data root, its model configs, its keyed tables (loaded on first use) and the
+query engine over them."""
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import errors as E
 from .buckets import KeyedTable
 from .catalog import Catalog, TableRef
 from .families import family_of
-from .load import load_table
+from .loader import TableStore
 from .models import ModelRegistry
 
 if TYPE_CHECKING:
@@ -31,8 +30,7 @@ class Database:
                  model_configs: Iterable[str | os.PathLike[str]] | None = None) -> None:
         self.catalog = Catalog.scan(data_root)
         self.models = ModelRegistry.default(model_configs)
-        self._tables: dict[Path, KeyedTable] = {}
-        self._lock = threading.Lock()
+        self.store = TableStore(self.catalog, self.models)
         self._query_engine: QueryEngine | None = None
 
     @property
@@ -40,33 +38,13 @@ class Database:
         return self.catalog.root
 
     def ref(self, system: str, backend: str, version: str, table: str) -> TableRef:
-        ref = self.catalog.slot(system, backend, version, table)
-        if ref is None:
-            have = sorted({(r.system, r.backend, r.version) for r in self.catalog.slots if r.table == table})
-            raise E.UnknownTableError(
-                f"no {table} table for system={system} backend={backend} version={version}",
-                values={"table": table, "system": system, "backend": backend, "version": version},
-                fix=("available: " + ", ".join(f"{s}/{b}/{v}" for s, b, v in have[:12])
-                     + (" ..." if len(have) > 12 else "")) if have else
-                    f"{table} exists nowhere under {self.root}; see `modperf ls`",
-            )
-        return ref
+        return self.store.ref(system, backend, version, table)
 
     def load(self, ref: TableRef) -> KeyedTable:
-        if family_of(ref.table) is None:
-            raise E.UnknownTableError(f"{ref.table!r} is not a head-bearing table", file=ref.path,
-                                      fix="see `modperf ls` for the head-bearing tables")
-        with self._lock:
-            cached = self._tables.get(ref.path)
-        if cached is not None:
-            return cached if cached.ref == ref else _with_ref(cached, ref)
-        keyed = load_table(ref, self.models)
-        with self._lock:
-            self._tables[ref.path] = keyed
-        return keyed
+        return self.store.load(ref)
 
     def table(self, system: str, backend: str, version: str, table: str) -> KeyedTable:
-        return self.load(self.ref(system, backend, version, table))
+        return self.store.table(system, backend, version, table)
 
     def tables(self, *, system: str | None = None, backend: str | None = None, version: str | None = None,
                table: str | None = None) -> Iterator[KeyedTable]:
@@ -84,7 +62,7 @@ class Database:
         if self._query_engine is None:
             from .query import QueryEngine
 
-            self._query_engine = QueryEngine(self)
+            self._query_engine = QueryEngine(self.store, self.models)
         return self._query_engine
 
     def query(self, **fields: Any) -> Answer:
@@ -98,16 +76,6 @@ class Database:
         Returns latencies (NaN where refused) and kind codes (0 exact, 1 interpolated,
         2 extrapolated, -1 refused); unpacks as ``latency_ms, kinds``."""
         return self.queries.query_many(fields)
-
-
-def _with_ref(keyed: KeyedTable, ref: TableRef) -> KeyedTable:
-    """The same loaded data seen through another slot (a reuse declaration): share the arrays,
-    change only the provenance."""
-    import copy
-
-    view = copy.copy(keyed)
-    view.ref = ref
-    return view
 
 
 def open(data_root: str | os.PathLike[str] | None = None,  # noqa: A001  (modperf.open, by design)

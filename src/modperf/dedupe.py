@@ -36,15 +36,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from . import errors as E
+from .atomic import parquet_writer, write_atomically
 from .buckets import NATIVE, KeyedTable
 from .catalog import PARQUET_SUFFIX, TableRef
 from .codes import combine, factorize
-from .corpus import Loaded, load_one, parallel_map, select_refs
 from .families.base import ARCHITECTURE, HEADS, MEASURED_BY, MODEL
+from .loader import Loaded, Scope, load_many, load_one
 from .models import ModelRegistry
+from .reader import read_schema, stored_type
 from .validate import ValidatedTable
 
 #: Relative difference (max/min - 1) between measurements of one identity above which the
@@ -511,19 +512,17 @@ def _same_answers(before: KeyedTable, after: KeyedTable) -> dict[str, Any] | Non
 
 def write_table(loaded: Loaded, audit: FileDedupe, dest: Path, registry: ModelRegistry,
                 *, tolerance: float = DEFAULT_TOLERANCE) -> WriteResult:
-    """Write one de-duplicated table atomically: to a temporary file beside ``dest``, verify it,
-    then ``os.replace`` it into place. A file that fails verification is removed, never placed."""
+    """Write one de-duplicated table through the one atomic path (:mod:`modperf.atomic`): the
+    temporary file beside ``dest`` is verified before it takes its name; one that fails
+    verification is removed, never placed."""
     assert loaded.arrow is not None and loaded.keyed is not None
-    schema = pq.read_schema(loaded.ref.path) if loaded.ref.format == "parquet" else loaded.arrow.schema
-    schema = pa.schema([pa.field(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type)
-                        for f in schema])
+    schema = pa.schema([pa.field(f.name, stored_type(f.type)) for f in read_schema(loaded.ref.path)])
     table = deduplicated_table(audit, loaded.arrow, schema)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     failures: list[E.ModperfError] = []
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        check_ref = TableRef(loaded.ref.table, tmp, loaded.ref.system, loaded.ref.family_dir,
+    keyed = loaded.keyed
+
+    def verify(temp: Path) -> None:
+        check_ref = TableRef(loaded.ref.table, temp, loaded.ref.system, loaded.ref.family_dir,
                              loaded.ref.backend, loaded.ref.version)
         again = load_one(check_ref, registry)
         fix = "this is a modperf bug: report it with the source file; nothing was written"
@@ -538,9 +537,9 @@ def write_table(loaded: Loaded, audit: FileDedupe, dest: Path, registry: ModelRe
                 failures.append(E.DedupeVerifyError(
                     "de-duplicated table still holds duplicate identities", file=dest,
                     values={"source": str(loaded.ref.path), "duplicate_rows": recheck.duplicate_rows}, fix=fix))
-            diff = _same_answers(loaded.keyed, again.keyed)
+            diff = _same_answers(keyed, again.keyed)
             if diff is not None:
-                local_merge = diff["what"] == "latency" and loaded.keyed.family.tier.value == "local"
+                local_merge = diff["what"] == "latency" and keyed.family.tier.value == "local"
                 failures.append(E.DedupeVerifyError(
                     "de-duplicated table would answer differently from its source", file=dest,
                     values={"source": str(loaded.ref.path), **diff},
@@ -548,12 +547,13 @@ def write_table(loaded: Loaded, audit: FileDedupe, dest: Path, registry: ModelRe
                          "per native cannot reproduce the loader's lower median over all of them; keep the source "
                          "file as it is") if local_merge else fix))
         if failures:
-            tmp.unlink(missing_ok=True)
-            return WriteResult(str(dest), table.num_rows, False, failures)
-        os.replace(tmp, dest)
-        return WriteResult(str(dest), table.num_rows, True)
-    finally:
-        tmp.unlink(missing_ok=True)
+            raise failures[0]
+
+    try:
+        write_atomically(dest, parquet_writer(table), overwrite=True, verify=verify)
+    except E.DedupeVerifyError:
+        return WriteResult(str(dest), table.num_rows, False, failures)
+    return WriteResult(str(dest), table.num_rows, True)
 
 
 # --- entry point --------------------------------------------------------------------------
@@ -579,22 +579,24 @@ def dedupe(
         raise E.OptionValueError("tolerance must be a relative difference >= 0", values={"tolerance": tolerance},
                                  fix="pass e.g. --tolerance 0.1 for 10%")
     start = time.perf_counter()
-    registry = ModelRegistry.default(model_configs)
-    refs, catalog = select_refs(paths, data_root=data_root, table=table)
+    scope = Scope.of(paths, data_root=data_root, table=table, model_configs=model_configs)
+    registry = scope.registry()
+    selection = scope.select()
     plan: dict[Path, Path] = {}
     if write is not None:
-        plan = plan_destinations(refs, Path(write), catalog.root if catalog else None)
+        plan = plan_destinations(selection.refs, Path(write), selection.catalog.root if selection.catalog else None)
 
-    def run(ref: TableRef) -> FileDedupe:
-        loaded = load_one(ref, registry, keep_arrow=write is not None)
+    def run(loaded: Loaded) -> FileDedupe:
         audit = audit_table(loaded, tolerance=tolerance, prefer=prefer, examples=examples,
                             keep_for_write=write is not None)
         if write is not None and loaded.keyed is not None:
-            audit.written = write_table(loaded, audit, plan[ref.path], registry, tolerance=tolerance)
+            audit.written = write_table(loaded, audit, plan[loaded.ref.path], registry, tolerance=tolerance)
         audit._kept_rows = audit._kept_names = None  # free the per-row state
         return audit
 
-    files = parallel_map(run, refs, workers, on_progress)
+    by_path = load_many(selection, run, registry=registry, keep_arrow=write is not None, workers=workers,
+                        on_progress=on_progress)
+    files = [by_path[ref.path] for ref in selection.refs]
     return DedupeReport(files, tolerance, str(Path(write).expanduser().resolve()) if write is not None else None,
                         time.perf_counter() - start)
 

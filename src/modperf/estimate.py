@@ -35,12 +35,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import errors as E
-from .corpus import version_key
+from .deployment import local_heads, local_kv_heads, validate_tps
 from .families import family_of
+from .families import registry as family_registry
 from .families.base import Tier
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, KIND_NAMES, REFUSED
-from .shard import validate_tps
 from .layers import AttentionLayer, LayerSchedule, layer_schedule
+from .versions import version_key
 
 if TYPE_CHECKING:
     from .db import Database
@@ -182,6 +183,11 @@ class Estimate:
 # --- planning -------------------------------------------------------------------------------
 
 
+def _family(layer: AttentionLayer):  # noqa: ANN202
+    assert layer.family is not None
+    return family_registry()[layer.family]
+
+
 def _needed_tables(schedule: LayerSchedule) -> list[str]:
     tables: list[str] = []
     for layer, _ in schedule.groups():
@@ -190,7 +196,7 @@ def _needed_tables(schedule: LayerSchedule) -> list[str]:
         for t in (layer.context_table, layer.generation_table):
             if t and t not in tables:
                 tables.append(t)
-        if layer.family == "gqa" and GEMM_TABLE not in tables:
+        if not _family(layer).projections_in_rows and GEMM_TABLE not in tables:
             tables.append(GEMM_TABLE)
     return tables
 
@@ -336,7 +342,8 @@ class _Estimator:
         table = layer.table(phase)
         assert table is not None
         fields = self._fixed(table, layer.fields_for(phase))
-        local = layer.native_heads // tp
+        local = local_heads(layer.native_heads, tp)
+        family = _family(layer)
         if phase == "context":
             shape = {"batch_size": batch, "isl": isl, "step": prefix}
             tokens = batch * isl
@@ -344,22 +351,24 @@ class _Estimator:
             shape = {"batch_size": batch, "step": kv}
             tokens = batch
         components = []
-        if layer.family == "gqa":
-            kv_heads = int(fields.get("num_key_value_heads", 1))
-            fields["num_key_value_heads"] = max(1, kv_heads // tp)  # kv heads replicate once tp > kv
+        if family.kv_heads_key is not None:
+            # the layer's kv heads sharded by the backends' rule (modperf.deployment)
+            key = family.kv_heads_key
+            fields[key] = local_kv_heads(int(fields.get(key, 1)), tp)
             fields.setdefault("beam_width", 1)
             _, comp = self.query(table, {**fields, "num_heads": local, **shape}, "attention")
             components.append(comp)
+        else:
+            _, comp = self.query(table, {**fields, "model": self.model, "tp_size": tp, **shape}, "attention")
+            components.append(comp)
+        if not family.projections_in_rows:
             hd = int(fields.get("head_dim", self.head_dim))
-            local_kv = fields["num_key_value_heads"]
+            local_kv = int(fields.get(family.kv_heads_key or "", 0)) or local
             gemm = self._fixed(GEMM_TABLE, {})
             for name, n, k in (("qkv_proj", (local + 2 * local_kv) * hd, self.hidden),
                                ("o_proj", self.hidden, local * hd)):
                 _, comp = self.query(GEMM_TABLE, {**gemm, "m": tokens, "n": n, "k": k}, name)
                 components.append(comp)
-        else:
-            _, comp = self.query(table, {**fields, "model": self.model, "tp_size": tp, **shape}, "attention")
-            components.append(comp)
         return LayerCost(layer.label, count, "prefill" if phase == "context" else "decode",
                          sum(c.latency_ms for c in components), components)
 
@@ -372,7 +381,7 @@ class _Estimator:
         steps = np.arange(isl, isl + osl, dtype=np.int64)
         fields = {k: v for k, v in attention.fields.items()
                   if k not in ("table", "system", "backend", "version", "step", "batch_size", "isl")}
-        if layer.family != "gqa":
+        if _family(layer).kv_heads_key is None:
             fields = {k: v for k, v in fields.items() if k not in ("native_heads", "num_heads")}
         result = self.db.query_many(**self._slot(table), **fields, batch_size=batch, step=steps,
                                     allow_substitute=self.allow_substitute)
@@ -458,7 +467,7 @@ def estimate(
             tp_est.decode_mean_ms = total
             tp_est.decode_mean_kinds = {k: kinds.get(k, 0) for k in ("exact", "interpolated", "extrapolated")}
         results.append(tp_est)
-    if any(layer.family == "gqa" for layer, _ in covered):
+    if any(not _family(layer).projections_in_rows for layer, _ in covered):
         notes.append("GQA blocks = attention kernel + QKV and output projections from the gemm table "
                      "(module-family rows include their projections)")
     uncovered = [(layer, n) for layer, n in schedule.groups() if not layer.covered]

@@ -6,26 +6,20 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from . import errors as E
 from .catalog import Catalog, TableRef
 from .families import family_of
 from .families.base import HEADS, MODEL, TP
-from .validate import read_arrow
+from .reader import read_row_count, read_schema, read_table
 
 
 def _head_pairs(ref: TableRef) -> dict[str, Any]:
     """Row count, models and (num_heads x tp_size) pairs, reading only those columns."""
     try:
-        if ref.format == "parquet":
-            meta = pq.read_metadata(ref.path)
-            names = set(pq.read_schema(ref.path).names)
-            rows = meta.num_rows
-        else:
-            table = read_arrow(ref.path)
-            names, rows = set(table.column_names), table.num_rows
-    except (OSError, ValueError, E.UnreadableTableError) as exc:
+        names = set(read_schema(ref.path).names)
+        rows = read_row_count(ref.path)
+    except E.UnreadableTableError as exc:
         return {"rows": None, "error": str(exc)}
     info: dict[str, Any] = {"rows": rows, "models": [], "head_pairs": [], "has_num_heads": HEADS in names,
                             "has_tp_size": TP in names}
@@ -33,7 +27,7 @@ def _head_pairs(ref: TableRef) -> dict[str, Any]:
         return info
     cols = [c for c in (MODEL, HEADS, TP) if c in names]
     try:
-        table = read_arrow(ref.path, cols)
+        table = read_table(ref.path, columns=cols)
     except E.UnreadableTableError as exc:
         return {"rows": rows, "error": str(exc)}
     heads = table.column(HEADS).to_numpy()

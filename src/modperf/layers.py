@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors as E
+from .deployment import head_dim
 from .models import ModelConfig
 
 
@@ -96,10 +97,11 @@ def _num_layers(cfg: ModelConfig) -> int:
 
 
 def _head_dim(cfg: ModelConfig) -> int:
-    hd = cfg.get("head_dim", None)
-    if isinstance(hd, int):
-        return hd
-    return cfg.get("hidden_size") // cfg.native_heads
+    hd = head_dim(cfg)
+    if hd is None:
+        raise E.ModelConfigError(f"config of {cfg.model_id} gives no head_dim and hidden_size does not divide by "
+                                 "num_attention_heads", file=cfg.path, fix="add head_dim to the config")
+    return hd
 
 
 def layer_schedule(cfg: ModelConfig) -> LayerSchedule:

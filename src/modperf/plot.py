@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from . import errors as E
-from .corpus import version_key
 from .coverage import STANDARD_TP, CoverageReport, ModelCoverage, SlotCoverage
+from .versions import version_key
 
 #: Above this many (slot, native) rows the matrix plot switches to the one-cell-per-table overview.
 DETAIL_ROWS = 60

@@ -36,8 +36,8 @@ from . import errors as E
 from .buckets import KeyedTable
 from .catalog import TableRef
 from .codes import combine, factorize
-from .corpus import load_one, parallel_map, select_refs, version_key
-from .models import ModelRegistry
+from .loader import Loaded, Scope, load_groups
+from .versions import version_key
 
 KINDS = ("non_monotone", "spike", "cross_file")
 #: Categorical key columns left out when matching a key across files.
@@ -318,6 +318,31 @@ def assess_tables(tables: Sequence[KeyedTable], thresholds: Thresholds = Thresho
     return results
 
 
+def group_key(ref: TableRef) -> tuple[str, str]:
+    """Files compared with each other: one system's versions and backends of one table."""
+    return (ref.system, ref.table) if ref.system is not None else ("", str(ref.path))
+
+
+def assess_loaded(group: Sequence[Loaded], thresholds: Thresholds = Thresholds(),
+                  examples: int = 10) -> list[FileQuality]:
+    """Findings for one group of loaded tables (one per table, in order); a table that failed
+    to load is listed as not assessed."""
+    ok = [ld.keyed for ld in group if ld.keyed is not None]
+    assessed = iter(assess_tables(ok, thresholds, examples))
+    out = []
+    for ld in group:
+        if ld.keyed is not None:
+            out.append(next(assessed))
+        else:
+            out.append(FileQuality(ld.ref, ld.family.name if ld.family else None, failures=ld.failures))
+    return out
+
+
+def sort_files(files: list[FileQuality]) -> list[FileQuality]:
+    return sorted(files, key=lambda f: (f.ref.system or "", f.ref.backend or "", version_key(f.ref.version),
+                                        f.ref.table))
+
+
 def assess(
     paths: Sequence[str] | None = None,
     *,
@@ -328,34 +353,18 @@ def assess(
     examples: int = 10,
     workers: int | None = None,
     on_progress: Callable[[int, int, Any], None] | None = None,
+    scope: Scope | None = None,
 ) -> QualityReport:
     """Quality findings for every head-bearing table file (or the given files/folders).
-    Tables are loaded one (system, table) group at a time, so memory stays bounded."""
+    Tables are loaded one (system, table) group at a time, so memory stays bounded.
+    (``modperf check --quality`` assesses the tables its own load produced.)"""
     thresholds.validate()
     start = time.perf_counter()
-    registry = ModelRegistry.default(model_configs)
-    refs, _ = select_refs(paths, data_root=data_root, table=table)
-    groups: dict[tuple, list[TableRef]] = {}
-    for ref in refs:
-        key = (ref.system, ref.table) if ref.system is not None else ("", str(ref.path))
-        groups.setdefault(key, []).append(ref)
-
-    def run(members: list[TableRef]) -> list[FileQuality]:
-        loaded = [load_one(r, registry) for r in members]
-        ok = [ld.keyed for ld in loaded if ld.keyed is not None]
-        assessed = iter(assess_tables(ok, thresholds, examples))
-        out = []
-        for ld in loaded:
-            if ld.keyed is not None:
-                out.append(next(assessed))
-            else:
-                out.append(FileQuality(ld.ref, ld.family.name if ld.family else None, failures=ld.failures))
-        return out
-
-    per_group = parallel_map(run, list(groups.values()), workers, on_progress)
-    files = [f for group in per_group for f in group]
-    files.sort(key=lambda f: (f.ref.system or "", f.ref.backend or "", version_key(f.ref.version), f.ref.table))
-    return QualityReport(thresholds, files, time.perf_counter() - start)
+    scope = scope or Scope.of(paths, data_root=data_root, table=table, model_configs=model_configs)
+    files = load_groups(scope.select(), group_key, lambda group: assess_loaded(group, thresholds, examples),
+                        workers=workers, on_progress=on_progress)
+    return QualityReport(thresholds, sort_files(files), time.perf_counter() - start)
 
 
-__all__ = ["KINDS", "FileQuality", "Finding", "QualityReport", "Thresholds", "assess", "assess_tables"]
+__all__ = ["KINDS", "FileQuality", "Finding", "QualityReport", "Thresholds", "assess", "assess_loaded", "assess_tables",
+           "group_key"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +29,15 @@ import numpy as np
 
 from . import errors as E
 from .buckets import NATIVE, KeyedTable
+from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
 from .families.base import HEADS, TP, Tier
 from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid
-from .roofline import gpu_spec, work_model
+from .roofline import gpu_spec
 
 if TYPE_CHECKING:
-    from .db import Database
+    from .loader import TableStore
+    from .models import ModelRegistry
 
 SLOT_FIELDS = ("table", "system", "backend", "version")
 HEAD_FIELDS = ("model", "native_heads", "tp_size", "num_heads")
@@ -167,7 +169,7 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
     models = sorted({m for b in buckets for m in keyed.bucket_models[b]})
     geometry = dict(keyed.model_geometry.get(models[0], ())) if models else {}
     gpu = gpu_spec(system)
-    work = work_model(keyed.family.name, keyed.ref.table, spec.phase, key, geometry, gpu)
+    work = keyed.family.work_model(keyed.ref.table, spec.phase, key, geometry, gpu)
     native_heads = int(key[HEADS]) if not heads_axis and HEADS in key else None
 
     # the roofline's (batch, isl, step, heads) from grid axes: positions, or constants
@@ -239,13 +241,15 @@ def _slot(fields: Mapping[str, Any]) -> tuple[str, str, str, str]:
 
 
 class QueryEngine:
-    """Resolves queries against one Database; caches table indexes and resolved plans."""
+    """Resolves queries against a table store and a model registry; caches table indexes and
+    resolved plans."""
 
     #: Plans kept for repeated non-numeric parts (a sweep over batch/isl reuses one plan).
     PLAN_CACHE = 4096
 
-    def __init__(self, db: "Database") -> None:
-        self.db = db
+    def __init__(self, store: TableStore, models: ModelRegistry) -> None:
+        self.store = store
+        self.models = models
         self._indexes: dict[Any, TableIndex] = {}
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._lock = threading.Lock()
@@ -289,14 +293,14 @@ class QueryEngine:
             if value is None:
                 value = plan.fixed.get(name)
                 if value is None:
-                    keyed_help = keyed_help or self.db.table(*_slot_of(plan.template))
+                    keyed_help = keyed_help or self.store.table(*_slot_of(plan.template))
                     raise E.QueryFieldError(
                         f"missing field {name!r}", values={"field": name, "table": plan.template.table},
                         fix=_field_help(keyed_help))
             elif type(value) is not int:
-                value = _as_int(name, value, self.db.table(*_slot_of(plan.template)))
+                value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
             elif value < 0:
-                value = _as_int(name, value, self.db.table(*_slot_of(plan.template)))
+                value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
             point.append(value)
         found = grid.lookup(point)
         t = plan.template
@@ -371,7 +375,7 @@ class QueryEngine:
 
     def _plan(self, fields: Mapping[str, Any], vector_fields: set[str] | None = None) -> _Plan:
         table, system, backend, version = _slot(fields)
-        keyed = self.db.table(system, backend, version, table)
+        keyed = self.store.table(system, backend, version, table)
         index = self.index(keyed)
         spec, family = keyed.spec, keyed.family
         tier = family.tier
@@ -390,7 +394,7 @@ class QueryEngine:
         heads = fields.get("num_heads")
         config = None
         if model is not None:
-            config = self.db.models.get(str(model))
+            config = self.models.get(str(model))
             native_from_model = config.native_heads
             if native_q is not None and _as_int("native_heads", native_q, keyed, minimum=1) != native_from_model:
                 raise E.QueryFieldError(
@@ -408,13 +412,7 @@ class QueryEngine:
                 raise E.QueryFieldError(
                     "tp_size needs the native head count: give model or native_heads (or num_heads, the local count)",
                     values={"tp_size": tp_v}, fix=_field_help(keyed))
-            if native_q % tp_v:
-                raise E.ShardError(
-                    f"tp_size={tp_v} does not divide the native head count {native_q}",
-                    values={"native_heads": native_q, "tp_size": tp_v},
-                    fix=f"use a tp_size that divides {native_q} ({', '.join(str(d) for d in _divisors(native_q))}), "
-                        "or give num_heads (the rank-local count) directly")
-            local_from_tp = native_q // tp_v
+            local_from_tp = local_heads(native_q, tp_v)
             if heads_v is not None and heads_v != local_from_tp:
                 raise E.ShardError(
                     f"num_heads={heads_v} contradicts native {native_q} / tp_size {tp_v} = {local_from_tp}",
@@ -519,9 +517,9 @@ class QueryEngine:
                         f"native head counts {', '.join(map(str, natives))}",
                         values={"native_heads": native_q, "natives_present": natives, "model": model},
                         fix=f"query a model with one of those natives, or pass allow_substitute=True "
-                            f"(--allow-substitute) to answer from the nearest ({_nearest(natives, native_q)}), "
+                            f"(--allow-substitute) to answer from the nearest ({nearest_native(natives, native_q)}), "
                             "or collect this native")
-                used_native = _nearest(natives, native_q)
+                used_native = nearest_native(natives, native_q)
                 group = group_for(used_native)
                 substitution = (f"native {native_q} is not measured in this table; answered from the nearest "
                                 f"native bucket, {used_native} (allow_substitute)")
@@ -530,7 +528,7 @@ class QueryEngine:
         buckets = index.groups[group]
         models = tuple(sorted({m for b in buckets for m in keyed.bucket_models[b]}))
         if keys_native and config is not None and substitution is None and models:
-            mismatch = _geometry_mismatch(keyed, config, models)
+            mismatch = geometry_mismatch(keyed, config, models)
             if mismatch:
                 if not allow_substitute:
                     raise E.NotCoveredError(
@@ -595,26 +593,4 @@ def _slot_of(t: Answer) -> tuple[str, str, str, str]:
 
 
 def grid_keyed(engine: QueryEngine, plan: _Plan) -> KeyedTable:
-    return engine.db.table(*_slot_of(plan.template))
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _nearest(natives: Iterable[int], native: int | None) -> int:
-    """Nearest native by ratio; ties go to the larger (more work: the conservative answer)."""
-    target = float(native or 1)
-    return min(natives, key=lambda n: (abs(math.log(n / target)), -n))
-
-
-def _geometry_mismatch(keyed: KeyedTable, config, models: tuple[str, ...]) -> dict[str, Any]:  # noqa: ANN001
-    fields = keyed.family.geometry_for(keyed.ref.table)
-    try:
-        mine = dict(config.geometry(fields))
-    except E.ModelError:
-        return {"config": "cannot read the fields this family needs"}
-    theirs = dict(keyed.model_geometry.get(models[0], ()))
-    if not theirs:
-        return {}
-    return {k: {"query": mine.get(k), "bucket": v} for k, v in theirs.items() if mine.get(k) != v}
+    return engine.store.table(*_slot_of(plan.template))

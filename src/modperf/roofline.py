@@ -8,10 +8,11 @@ sequence, prefix and local heads), not cycle-accurate constants.
 
     R(x) = max(flops(x) / peak_flops, bytes(x) / mem_bw)
 
-flops and bytes come from a small per-family work model: per-token projection GEMMs (module
-tables), query-key pairs of the attention core (causal in context: each new token attends to
-the prefix and to the new tokens before it; capped by a sliding window or a sparse top-k) and
-the KV cache read. GPU peaks come from the corpus's ``systems/{system}.yaml`` (the dtype's
+flops and bytes come from a small work model that each family declares with its tables
+(``Family.work``, in ``modperf/families/``): per-token projection GEMMs (module tables),
+query-key pairs of the attention core (causal in context: each new token attends to the prefix
+and to the new tokens before it; capped by a sliding window or a sparse top-k) and the KV cache
+read. This module owns the GPU specs, the :class:`WorkModel` arithmetic and the default. GPU peaks come from the corpus's ``systems/{system}.yaml`` (the dtype's
 tensor-core peak and ``mem_bw``); a system without a spec file uses DEFAULT_GPU and the answer
 says so.
 """
@@ -19,6 +20,7 @@ says so.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +80,7 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
     return GpuSpec(system or "default", bf16, fp8, fp4, float(data["mem_bw"]), from_file)
 
 
-def _bytes_of(dtype: str | None) -> float:
+def bytes_of(dtype: str | None) -> float:
     d = (dtype or "").lower()
     if "fp4" in d:
         return 0.5
@@ -159,7 +161,8 @@ class WorkModel:
         return upper(compute, bytes_ / self.mem_bw)
 
 
-def _geo(geometry: dict[str, Any], name: str, default: float) -> float:
+def geo(geometry: Mapping[str, Any], name: str, default: float) -> float:
+    """A numeric config field of a module's geometry (booleans count as 0/1), or ``default``."""
     value = geometry.get(name)
     if isinstance(value, bool):
         return float(value)
@@ -168,79 +171,22 @@ def _geo(geometry: dict[str, Any], name: str, default: float) -> float:
     return default
 
 
-def work_model(family: str, table: str, phase: str, key: dict[str, Any], geometry: dict[str, Any],
-               gpu: GpuSpec) -> WorkModel:
-    """The work model of one bucket group. ``key`` holds the group's categorical and discrete
-    key values; ``geometry`` the module's HF config fields (empty for local-only tables)."""
-    kv_b = _bytes_of(key.get("kv_cache_dtype"))
+def common_terms(phase: str, key: Mapping[str, Any], gpu: GpuSpec) -> dict[str, Any]:
+    """The WorkModel fields every attention-shaped family shares: peaks of the projection and
+    attention dtypes, the weights' bytes per element, the memory bandwidth."""
     attn_dtype = key.get("attn_dtype") or key.get("mla_dtype") or key.get("bmm_dtype")
     gemm_dtype = key.get("gemm_type") or attn_dtype
-    common = dict(phase=phase, mem_bw=gpu.mem_bw, proj_peak=gpu.peak(gemm_dtype), attn_peak=gpu.peak(attn_dtype),
-                  weight_bytes=_bytes_of(gemm_dtype))
-    g = lambda name, default: _geo(geometry, name, default)  # noqa: E731
-    hidden = g("hidden_size", 7168)
-    q_lora, kv_lora = g("q_lora_rank", 1536), g("kv_lora_rank", 512)
-    nope, rope, v = g("qk_nope_head_dim", 128), g("qk_rope_head_dim", 64), g("v_head_dim", 128)
-    window = float(key.get("window_size") or 0)
+    return dict(phase=phase, mem_bw=gpu.mem_bw, proj_peak=gpu.peak(gemm_dtype), attn_peak=gpu.peak(attn_dtype),
+                weight_bytes=bytes_of(gemm_dtype))
 
-    if family == "gemm":
-        dtype = key.get("gemm_dtype")
-        return WorkModel(operand_bytes=_bytes_of(dtype), **{**common, "proj_peak": gpu.peak(dtype)})
-    if family == "gqa":
-        d, kvh = float(key.get("head_dim") or 128), float(key.get("num_key_value_heads") or 8)
-        beam = float(key.get("beam_width") or 1)
-        return WorkModel(pair_flops_per_head=4.0 * d, kv_bytes_per_token=2.0 * kvh * d * kv_b / beam,
-                         act_bytes_per_token_per_head=2.0 * d * 2.0, cap=window, **common)
-    if family == "mla_kernel":
-        if table == "mla_bmm":
-            return WorkModel(token_flops_per_head=2.0 * nope * kv_lora, proj_per_head=nope * kv_lora,
-                             act_bytes_per_token_per_head=(nope + kv_lora) * 2.0, **common)
-        if phase == "context":  # non-absorbed: per head q.k over nope+rope, p.v over v
-            return WorkModel(pair_flops_per_head=2.0 * (nope + rope + v),
-                             kv_bytes_per_token_per_head=(nope + v) * kv_b, kv_bytes_per_token=rope * kv_b,
-                             act_bytes_per_token_per_head=(nope + rope + v) * 2.0, **common)
-        # absorbed decode: every head reads the shared latent cache
-        return WorkModel(pair_flops_per_head=2.0 * (kv_lora + rope + kv_lora), kv_bytes_per_token=(kv_lora + rope) * kv_b,
-                         act_bytes_per_token_per_head=(kv_lora + rope) * 2.0, **common)
 
-    if family in ("mla_module", "dsa"):
-        gate = hidden * v if g("mla_use_output_gate", 0) else 0.0
-        proj_shared = hidden * q_lora + hidden * (kv_lora + rope)
-        proj_per_head = q_lora * (nope + rope) + kv_lora * (nope + v) + v * hidden + gate
-        if phase == "context":
-            pair, kv_tok, kv_head = 2.0 * (nope + rope + v), rope * kv_b, (nope + v) * kv_b
-        else:
-            pair, kv_tok, kv_head = 2.0 * (2 * kv_lora + rope), (kv_lora + rope) * kv_b, 0.0
-        shared_pair, cap = 0.0, 0.0
-        if family == "dsa" and not str(key.get("op_name", "")).endswith("_skip_indexer"):
-            shared_pair = 2.0 * g("index_n_heads", 64) * g("index_head_dim", 128)
-        if family == "dsa":
-            cap = g("index_topk", 2048)
-        return WorkModel(proj_shared=proj_shared, proj_per_head=proj_per_head, pair_flops_per_head=pair,
-                         pair_flops_shared=shared_pair, kv_bytes_per_token=kv_tok, kv_bytes_per_token_per_head=kv_head,
-                         act_bytes_per_token_per_head=(nope + rope + v) * 2.0, cap=cap, **common)
-    if family == "msa":
-        d, kvh = g("head_dim", 128), g("num_key_value_heads", 8)
-        cap = g("sparse_attention_config.sparse_topk_blocks", 0) * g("sparse_attention_config.sparse_block_size", 0)
-        return WorkModel(proj_shared=hidden * 2 * kvh * d, proj_per_head=2.0 * hidden * d, pair_flops_per_head=4.0 * d,
-                         kv_bytes_per_token=2.0 * kvh * d * kv_b, act_bytes_per_token_per_head=2.0 * d * 2.0, cap=cap,
-                         **common)
-    if family in ("dsv4", "sparse_kernel"):
-        d = g("head_dim", 512)
-        ratio = float(key.get("compress_ratio") or 1) or 1.0
-        topk = g("index_topk", 2048)
-        if "logits" in table or "topk" in table:
-            # indexer kernels: the index heads score every compressed key (no per-head sharding)
-            return WorkModel(pair_flops_shared=2.0 * g("index_n_heads", 64) * g("index_head_dim", 128),
-                             kv_bytes_per_token=g("index_head_dim", 128) * kv_b, compress=ratio, **common)
-        o_lora, o_groups = g("o_lora_rank", 1024), g("o_groups", 8)
-        proj_shared = hidden * q_lora + hidden * d + o_groups * o_lora * hidden / max(o_groups, 1)
-        proj_per_head = q_lora * d + d * o_lora / max(o_groups, 1)
-        if table.startswith("glm5"):
-            proj_shared, proj_per_head = 0.0, 0.0
-        cap = topk if "csa" in table or ratio <= 4 else 0.0
-        return WorkModel(proj_shared=proj_shared, proj_per_head=proj_per_head, pair_flops_per_head=4.0 * d,
-                         kv_bytes_per_token=d * kv_b, act_bytes_per_token_per_head=2.0 * d * 2.0, cap=cap,
-                         compress=ratio if family == "dsv4" else 1.0, **common)
-    # unknown family: attention-shaped default
-    return WorkModel(pair_flops_per_head=512.0, kv_bytes_per_token=256.0 * kv_b, **common)
+#: A family's work model: (table, phase, group key, module geometry, GPU) -> WorkModel. Each
+#: family declares its own (``Family.work``); :func:`default_work` is the fallback.
+WorkFn = Callable[[str, str, Mapping[str, Any], Mapping[str, Any], GpuSpec], WorkModel]
+
+
+def default_work(table: str, phase: str, key: Mapping[str, Any], geometry: Mapping[str, Any],
+                 gpu: GpuSpec) -> WorkModel:
+    """Attention-shaped default for a family that declares no work model."""
+    return WorkModel(pair_flops_per_head=512.0, kv_bytes_per_token=256.0 * bytes_of(key.get("kv_cache_dtype")),
+                     **common_terms(phase, key, gpu))

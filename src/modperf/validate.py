@@ -14,12 +14,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from . import errors as E
-from .codes import factorize, to_numpy, unique_codes
 from .catalog import TableRef
+from .codes import factorize, to_numpy, unique_codes
 from .families.base import (
     ARCHITECTURE,
     EXTRA_MEASUREMENTS,
@@ -33,36 +31,12 @@ from .families.base import (
     Tier,
 )
 from .models import ModelConfig, ModelRegistry
+from .reader import is_string_type, read_table, stored_type
 
 #: Heads columns: a fractional value here is its own error kind.
 HEAD_COLUMNS = (HEADS, "num_key_value_heads", "local_num_heads")
 #: Legacy tables (the MLA kernel before rank-local heads) lack num_heads entirely.
 MIGRATE_FIX = "run `modperf migrate {file} --model MODEL_ID` (dry run first) to write rank-local num_heads"
-
-
-def read_arrow(path: Path, columns: Iterable[str] | None = None) -> pa.Table:
-    """Read a parquet or legacy CSV table; any read failure becomes UnreadableTableError.
-
-    String columns come back dictionary-encoded: perf tables repeat a handful of strings
-    (op names, dtypes, model ids) over every row, and decoding them into per-row strings is
-    most of the cost of a plain read.
-    """
-    try:
-        if path.name.endswith(".txt") or path.name.endswith(".csv"):
-            return pacsv.read_csv(path)
-        # ParquetFile, not pq.read_table: the latter imports pyarrow.dataset, and with it pandas
-        # (a third of a second on every cold command).
-        schema = pq.read_schema(path)
-        wanted = [c for c in schema.names if columns is None or c in columns]
-        strings = [f.name for f in schema if f.name in wanted and _is_string(f.type)]
-        with pq.ParquetFile(path, read_dictionary=strings) as handle:
-            return handle.read(columns=wanted)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise E.UnreadableTableError(
-            f"cannot read table: {exc}",
-            file=path,
-            fix="the file is truncated or not a parquet/CSV table: restore it from its source or re-collect it",
-        ) from exc
 
 
 @dataclass
@@ -91,17 +65,6 @@ class ValidatedTable:
 
     def present(self, names: Iterable[str]) -> tuple[str, ...]:
         return tuple(n for n in names if n in self.categorical or n in self.integers)
-
-
-def _is_string(t: pa.DataType) -> bool:
-    if pa.types.is_dictionary(t):
-        return pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)
-    return pa.types.is_string(t) or pa.types.is_large_string(t)
-
-
-def _stored(t: pa.DataType) -> pa.DataType:
-    """The type as the file stores it (strings are read dictionary-encoded)."""
-    return t.value_type if pa.types.is_dictionary(t) else t
 
 
 def _encode(column: pa.ChunkedArray) -> Categorical:
@@ -146,7 +109,7 @@ def validate_table(
     out = _Collector(path)
     if table is None:
         try:
-            table = read_arrow(path)
+            table = read_table(path)
         except E.UnreadableTableError as exc:
             return None, [exc]
     names = set(table.column_names)
@@ -198,8 +161,8 @@ def validate_table(
     provenance_strings = [c for c in (MODEL, ARCHITECTURE, "version") if c in names]
     for col in string_cols + provenance_strings:
         column = table.column(col)
-        if not _is_string(column.type):
-            out.add(E.ColumnTypeError, f"column {col!r} is {_stored(column.type)}, expected string",
+        if not is_string_type(column.type):
+            out.add(E.ColumnTypeError, f"column {col!r} is {stored_type(column.type)}, expected string",
                     values={"column": col}, fix=f"store {col!r} as a string column")
             continue
         if column.null_count:
@@ -232,13 +195,13 @@ def validate_table(
                         values={"column": col},
                         fix=f"store {col!r} as int64 (its values are whole numbers)")
         else:
-            out.add(E.ColumnTypeError, f"column {col!r} is {_stored(t)}, expected an integer type",
+            out.add(E.ColumnTypeError, f"column {col!r} is {stored_type(t)}, expected an integer type",
                     values={"column": col}, fix=f"store {col!r} as int64")
     latency = None
     if LATENCY in names:
         column = table.column(LATENCY)
         if not pa.types.is_floating(column.type):
-            out.add(E.ColumnTypeError, f"column 'latency' is {_stored(column.type)}, expected float (ms)",
+            out.add(E.ColumnTypeError, f"column 'latency' is {stored_type(column.type)}, expected float (ms)",
                     values={"column": LATENCY}, fix="store latency in milliseconds as float64")
         elif column.null_count:
             bad = _rows(np.asarray(to_numpy(column.is_null())))

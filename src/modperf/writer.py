@@ -27,7 +27,7 @@ stale fingerprint for tables whose native comes from ``num_heads * tp_size``), t
 ``{root}/{system}/{family_dir}/{backend}/{version}/{table}_perf.parquet`` in the corpus schema
 (:mod:`modperf.schema`) and merges the table's entry into the folder's
 ``collection_meta.yaml``, each atomically (:mod:`modperf.atomic`). The parquet file is read
-back through the strict loader before it takes its name. Leaving a ``with`` block through an
+back through the strict loader once, as the temporary file, before it takes its name. Leaving a ``with`` block through an
 exception writes nothing.
 
 Collectors in other languages write the same layout themselves and gate it with
@@ -55,7 +55,7 @@ from .atomic import parquet_writer, stage, text_writer
 from .catalog import PARQUET_SUFFIX, TableRef
 from .families import Tier, family_of
 from .families.base import ARCHITECTURE, HEADS, LATENCY, MODEL, TP
-from .load import load_table, try_load
+from .loader import load_one
 from .models import ModelConfig, ModelRegistry
 from .schema import corpus_schema
 from .validate import validate_table
@@ -411,11 +411,17 @@ class TableWriter:
             raise E.WrittenTableRejectedError(self.path, failures)
         sidecar_path, sidecar_text = self._sidecar_text(table.num_rows)
         registry = self.registry
+        verified: list[Any] = []
 
         def verify(temp: Path) -> None:
-            loaded = try_load(TableRef(self.table, temp), registry)
-            if not loaded.ok:
+            loaded = load_one(TableRef(self.table, temp), registry)
+            if loaded.keyed is None:
                 raise E.WrittenTableRejectedError(self.path, loaded.failures)
+            if loaded.keyed.rows_read != table.num_rows:
+                raise E.WriterError("the written table reads back with a different row count", file=self.path,
+                                    values={"written": table.num_rows, "read": loaded.keyed.rows_read},
+                                    fix="report this as a modperf bug")
+            verified.append(loaded.keyed)
 
         staged = []
         try:
@@ -427,11 +433,7 @@ class TableWriter:
             for s in staged:
                 s.discard()
         self._closed = True
-        keyed = load_table(self.ref, registry)
-        if keyed.rows_read != table.num_rows:
-            raise E.WriterError("the written table reads back with a different row count", file=self.path,
-                                values={"written": table.num_rows, "read": keyed.rows_read},
-                                fix="report this as a modperf bug")
+        keyed = verified[0]  # the bytes verified are the bytes that took the name (a rename)
         self.result = WriteResult(self.table, self.path, sidecar_path, keyed.rows_read, keyed.n_buckets,
                                   keyed.natives, keyed.models, time.perf_counter() - start)
         return self.result

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from modperf.atomic import temp_files
 from modperf.cli import app
-from tests.conftest import CSA_CTX, TWIN_DIR, snapshot
+from tests.helpers import CSA_CTX, TWIN_DIR, snapshot
 
 
 runner = CliRunner()

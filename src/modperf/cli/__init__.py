@@ -13,7 +13,15 @@ app = typer.Typer(
 )
 
 # Each module registers its commands on ``app``.
-from . import check_cmd, coverage_cmd, dedupe_cmd, estimate_cmd, ls_cmd, migrate_cmd, query_cmd  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    check_cmd,
+    coverage_cmd,
+    dedupe_cmd,
+    estimate_cmd,
+    ls_cmd,
+    migrate_cmd,
+    query_cmd,
+)
 
 
 def main() -> None:

@@ -7,19 +7,26 @@ message (or a JSON ``{"error": ...}`` object) and the error's exit code, never a
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from .. import errors as E
+from ..jsonio import dumps
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -42,26 +49,37 @@ PathsArg = Annotated[
 TableOpt = Annotated[str | None, typer.Option("--table", help="Only this table stem (e.g. mla_context_module).")]
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-def dumps(obj: Any, **kwargs: Any) -> str:
-    return json.dumps(obj, default=_default, **kwargs)
-
-
 def emit_json(obj: Any) -> None:
     sys.stdout.write(dumps(obj, indent=2) + "\n")
+
+
+#: Width of output that is not going to a terminal (a file, a pipe, a test runner): wide enough
+#: that no table is cut or folded; columns take their natural width.
+UNBOUNDED_WIDTH = 100_000
+
+
+def _fit_width() -> None:
+    """Terminals get their own width; anything else gets tables at full width, never cut."""
+    for c in (console, err_console):
+        c.width = None if c.is_terminal else UNBOUNDED_WIDTH  # type: ignore[assignment]
+
+
+@contextmanager
+def progress(label: str, *, enabled: bool) -> Iterator[Callable[[int, int, Any], None]]:
+    """A transient progress bar on stderr (only for a terminal, and only when ``enabled``);
+    yields the ``on_progress(done, total, item)`` callback the library functions take. An
+    item with a ``label`` or a ``ref.label`` is shown beside the bar."""
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.description}"), console=err_console, transient=True,
+                   disable=not (enabled and err_console.is_terminal))
+    with bar:
+        task = bar.add_task("", total=None)
+
+        def update(done: int, total: int, item: Any = None) -> None:
+            ref = getattr(item, "ref", item)
+            bar.update(task, completed=done, total=total, description=str(getattr(ref, "label", "") or ""))
+
+        yield update
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -72,6 +90,7 @@ def handles_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _fit_width()
         try:
             return fn(*args, **kwargs)
         except E.ModperfError as exc:

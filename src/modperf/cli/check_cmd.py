@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..check import CheckReport, check
-from ..quality import Thresholds, assess
+from ..quality import Thresholds
 from . import app
-from ._quality_view import print_quality
 from ._common import (
-    DataRootOpt, JsonOpt, ModelConfigsOpt, PathsArg, TableOpt, console, emit_json, err_console, handles_errors, paths_or_none,
+    DataRootOpt,
+    JsonOpt,
+    ModelConfigsOpt,
+    PathsArg,
+    TableOpt,
+    console,
+    emit_json,
+    handles_errors,
+    paths_or_none,
+    progress,
 )
+from ._quality_view import print_quality
 
 
 def _pct(x: float | None) -> str:
@@ -81,33 +88,14 @@ def check_command(
     thresholds = Thresholds(monotone_tolerance, spike_factor, cross_factor, min_delta_ms)
     if quality:
         thresholds.validate()  # a bad threshold is a usage error before any work
-    show_progress = not json_out and err_console.is_terminal
-    progress = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.description}"), console=err_console, transient=True,
-                        disable=not show_progress)
-    with progress:
-        task = progress.add_task("", total=None)
-
-        def on_progress(done: int, total: int, ref) -> None:  # noqa: ANN001
-            progress.update(task, completed=done, total=total, description=ref.label)
-
+    with progress("checking", enabled=not json_out) as on_progress:
         report = check(paths_or_none(paths), data_root=str(data_root) if data_root else None, table=table,
-                       model_configs=[str(p) for p in model_configs or []], on_progress=on_progress)
-        quality_report = None
-        if quality:
-            progress.update(task, completed=0, total=None, description="quality checks")
-            quality_report = assess(
-                paths_or_none(paths), data_root=str(data_root) if data_root else None, table=table,
-                model_configs=[str(p) for p in model_configs or []], thresholds=thresholds,
-                examples=quality_examples,
-                on_progress=lambda done, total, _: progress.update(task, completed=done, total=total))
+                       model_configs=[str(p) for p in model_configs or []], on_progress=on_progress,
+                       quality=thresholds if quality else None, quality_examples=quality_examples)
     if json_out:
-        out = report.to_dict()
-        if quality_report is not None:
-            out["quality"] = quality_report.to_dict()
-        emit_json(out)
+        emit_json(report.to_dict())
     else:
         print_report(report)
-        if quality_report is not None:
-            print_quality(quality_report)
+        if report.quality is not None:
+            print_quality(report.quality)
     raise typer.Exit(0 if report.ok else 1)

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .. import errors as E
@@ -26,7 +25,17 @@ from ..coverage import (
 from . import app
 from ._audit_format import short_count
 from ._common import (
-    DataRootOpt, JsonOpt, ModelConfigsOpt, PathsArg, TableOpt, console, emit_json, err_console, handles_errors, paths_or_none,
+    DataRootOpt,
+    JsonOpt,
+    ModelConfigsOpt,
+    PathsArg,
+    TableOpt,
+    console,
+    emit_json,
+    err_console,
+    handles_errors,
+    paths_or_none,
+    progress,
 )
 
 LEGEND = ("cells: grid points; [green]green[/] = measured for this native (tp-chain rows or tp=1 sweep rows at "
@@ -164,16 +173,7 @@ def coverage_command(
     tps = parse_tps(tp) if tp else None
     root = str(data_root) if data_root else None
     configs = [str(p) for p in model_configs or []]
-    show_progress = not (json_out or csv_out) and err_console.is_terminal
-    progress = Progress(TextColumn("loading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.description}"), console=err_console, transient=True,
-                        disable=not show_progress)
-    with progress:
-        task = progress.add_task("", total=None)
-
-        def on_progress(done: int, total: int, _: Any) -> None:
-            progress.update(task, completed=done, total=total)
-
+    with progress("loading", enabled=not (json_out or csv_out)) as on_progress:
         if diff:
             result: Any = coverage_diff(diff[0], diff[1], data_root=root, system=system, backend=backend,
                                         table=table, model_configs=configs, on_progress=on_progress)
@@ -191,23 +191,7 @@ def coverage_command(
     if json_out:
         emit_json(result.to_dict())
     elif csv_out:
-        if isinstance(result, CoverageReport):
-            records = result.rows()
-        elif isinstance(result, ModelCoverage):
-            records = [{"model": result.model, "native": result.native, "system": a.ref.system,
-                        "backend": a.ref.backend, "version": a.ref.version, "table": a.ref.table, "family": a.family,
-                        "match": a.match, "tp": t, "local": c.local if c else None,
-                        "answerable": bool(c and c.answerable), "measured": bool(c and c.measured),
-                        "points": c.points if c else 0, "via": c.via if c else "n/a"}
-                       for a in result.answers for t, c in a.cells.items()]
-        else:
-            records = [{"system": s.system, "backend": s.backend, "table": s.table, "status": s.status,
-                        "native": nat, "gained_tp": ";".join(map(str, d["gained"])),
-                        "lost_tp": ";".join(map(str, d["lost"])),
-                        "points_before": sum(d["points_before"].values()),
-                        "points_after": sum(d["points_after"].values())}
-                       for s in result.slots for nat, d in s.natives.items()]
-        sys.stdout.write(to_csv(records))
+        sys.stdout.write(to_csv(result.rows()))
     elif isinstance(result, CoverageDiff):
         print_diff(result)
     elif isinstance(result, ModelCoverage):

@@ -7,14 +7,23 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..dedupe import DEFAULT_EXAMPLES, DEFAULT_TOLERANCE, DedupeReport, dedupe
 from . import app
-from ._audit_format import compact_key, pct as _pct, short_label
+from ._audit_format import compact_key, short_label
+from ._audit_format import pct as _pct
 from ._common import (
-    DataRootOpt, JsonOpt, ModelConfigsOpt, PathsArg, TableOpt, console, emit_json, err_console, handles_errors, paths_or_none,
+    DataRootOpt,
+    JsonOpt,
+    ModelConfigsOpt,
+    PathsArg,
+    TableOpt,
+    console,
+    emit_json,
+    handles_errors,
+    paths_or_none,
+    progress,
 )
 
 
@@ -96,18 +105,11 @@ def dedupe_command(
 ) -> None:
     """Alias groups, duplicate rows and the spread between measurements of one identity, per table;
     exit 0 when every table loads (and every write verifies), 1 otherwise, 2 on usage errors."""
-    show_progress = not json_out and err_console.is_terminal
-    progress = Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.description}"), console=err_console, transient=True,
-                        disable=not show_progress)
-    with progress:
-        task = progress.add_task("", total=None)
+    with progress("auditing", enabled=not json_out) as on_progress:
         report = dedupe(
             paths_or_none(paths), data_root=str(data_root) if data_root else None, table=table,
             model_configs=[str(p) for p in model_configs or []], tolerance=tolerance, prefer=prefer or (),
-            examples=examples, write=write,
-            on_progress=lambda done, total, f: progress.update(task, completed=done, total=total,
-                                                                description=f.ref.label))
+            examples=examples, write=write, on_progress=on_progress)
     if json_out:
         emit_json(report.to_dict())
     else:

@@ -10,10 +10,17 @@ from rich.table import Table
 
 from .. import errors as E
 from ..db import Database
-from ..shard import parse_tps
+from ..deployment import parse_tps
 from ..estimate import Estimate, TpEstimate, estimate
 from . import app
-from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
+from ._common import (
+    DataRootOpt,
+    JsonOpt,
+    ModelConfigsOpt,
+    console,
+    emit_json,
+    handles_errors,
+)
 
 
 def _pins(values: list[str] | None) -> dict[str, str]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Iterable, Iterator
 from typing import IO, Annotated, Any
 
 import typer
@@ -12,9 +10,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import errors as E
+from ..batch import run_lines
 from ..db import Database
 from . import app
-from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, dumps, emit_json, handles_errors
+from ._common import (
+    DataRootOpt,
+    JsonOpt,
+    ModelConfigsOpt,
+    console,
+    emit_json,
+    handles_errors,
+)
 
 
 def parse_extra_fields(args: list[str]) -> dict[str, str]:
@@ -48,33 +54,6 @@ def _open_batch(path: str) -> IO[str]:
     except OSError as exc:
         raise E.QueryFieldError(f"cannot read batch file: {exc.strerror}", file=path,
                                 fix="pass a file of JSON lines, or - for stdin") from exc
-
-
-def _error_line(exc: BaseException) -> dict[str, Any]:
-    if isinstance(exc, E.ModperfError):
-        return {"error": exc.to_dict()}
-    return {"error": {"type": type(exc).__name__, "kind": "internal", "message": str(exc)}}
-
-
-def run_batch(db: Database, lines: Iterable[str], defaults: dict[str, Any]) -> Iterator[tuple[bool, str]]:
-    """One output line per query line, in order: the answer, or ``{"error": {...}}``. Blank
-    lines are skipped; nothing else stops the batch."""
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            if not isinstance(obj, dict):
-                raise E.QueryFieldError(f"line {number}: a query is a JSON object, got {type(obj).__name__}",
-                                        values={"line": number}, fix='e.g. {"table": "...", "system": "...", ...}')
-            answer = db.query(**{**defaults, **obj})
-            yield True, dumps(answer.to_dict())
-        except json.JSONDecodeError as exc:
-            err = E.QueryFieldError(f"line {number} is not JSON: {exc.msg}", values={"line": number},
-                                    fix="one JSON object per line")
-            yield False, dumps(_error_line(err))
-        except Exception as exc:  # noqa: BLE001  (a bad line never stops the batch)
-            yield False, dumps(_error_line(exc))
 
 
 def print_answer(answer: dict[str, Any]) -> None:
@@ -145,7 +124,7 @@ def query_command(
         stream = _open_batch(batch)
         failed = 0
         try:
-            for ok, line in run_batch(db, stream, fields):
+            for ok, line in run_lines(stream, lambda f: db.query(**f), fields):
                 failed += not ok
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..models import ConfigField
+from ..roofline import GpuSpec, WorkFn, WorkModel, default_work
 
 
 class Tier(str, enum.Enum):
@@ -112,6 +113,15 @@ class Family:
     notes: Mapping[str, Any] = field(default_factory=dict)
     #: Head-bearing families are what ``check`` validates; supporting tables (GEMMs) are not.
     head_bearing: bool = True
+    #: The work model extrapolation holds utilisation against (modperf.roofline); None: the
+    #: attention-shaped default.
+    work: WorkFn | None = None
+    #: The key column holding rank-local kv heads, where the family keys them (GQA kernels):
+    #: model-level code shards the model's kv heads into it (modperf.deployment).
+    kv_heads_key: str | None = None
+    #: Whether a row's latency includes the layer's QKV and output projections (module
+    #: tables do); where it does not, a model-level estimate adds them from the gemm table.
+    projections_in_rows: bool = True
 
     def spec(self, table: str) -> TableSpec:
         for spec in self.tables:
@@ -122,6 +132,12 @@ class Family:
     def geometry_for(self, table: str) -> tuple[ConfigField, ...]:
         spec = self.spec(table)
         return spec.geometry if spec.geometry is not None else self.geometry
+
+    def work_model(self, table: str, phase: str, key: Mapping[str, Any], geometry: Mapping[str, Any],
+                   gpu: GpuSpec) -> WorkModel:
+        """The roofline work model of one bucket group of ``table`` (key: its categorical and
+        discrete key values; geometry: the module's config fields, empty for local-only tables)."""
+        return (self.work or default_work)(table, phase, key, geometry, gpu)
 
     @property
     def table_names(self) -> tuple[str, ...]:

@@ -7,9 +7,20 @@ column, so they never merge with indexer rows. Which layers skip is the model's 
 schedule (index_topk_freq, indexer_types), not the module's geometry.
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from ..models import ConfigField
+from ..roofline import GpuSpec, WorkModel
 from .base import Family, NativeSource, Tier, module_spec, register
-from .mla_module import MLA_GEOMETRY
+from .mla_module import MLA_GEOMETRY, mla_module_work
+
+
+def dsa_work(table: str, phase: str, key: Mapping[str, Any], geometry: Mapping[str, Any],
+             gpu: GpuSpec) -> WorkModel:
+    """The MLA module's work plus the lightning indexer (modperf.families.mla_module)."""
+    return mla_module_work(table, phase, key, geometry, gpu, indexer=True)
+
 
 DSA_GEOMETRY = (
     *MLA_GEOMETRY,
@@ -32,5 +43,6 @@ DSA = register(
         requires_model=True,
         requires_tp=True,
         rationale="MLA projections plus the indexer's heads, dim and top-k: all outside the local key",
+        work=dsa_work,
     )
 )

@@ -7,7 +7,11 @@ the sliding window, all model variables. The per-layer compress ratio is a key c
 layer uses which ratio is the model's layer schedule (``compress_ratios``).
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from ..models import ConfigField
+from ..roofline import GpuSpec, WorkModel, bytes_of, common_terms, geo
 from .base import Family, NativeSource, Tier, module_spec, register
 
 DSV4_GEOMETRY = (
@@ -27,6 +31,33 @@ DSV4_GEOMETRY = (
 
 _DISCRETE = ("compress_ratio",)
 
+
+def dsv4_work(table: str, phase: str, key: Mapping[str, Any], geometry: Mapping[str, Any],
+              gpu: GpuSpec, *, compressed_keys: bool = True) -> WorkModel:
+    """DeepSeek-V4 modules and their sparse kernels. Indexer kernels (logits, top-k): the index
+    heads score every compressed key, no per-head sharding. Attention: q/o low-rank projections
+    (grouped output), q.k and p.v per head over the compressed keys, capped by the top-k in CSA
+    layers. ``compressed_keys`` is False for kernel tables whose axes already count compressed
+    keys (the sparse-kernel family)."""
+    common = common_terms(phase, key, gpu)
+    kv_b = bytes_of(key.get("kv_cache_dtype"))
+    hidden, q_lora = geo(geometry, "hidden_size", 7168), geo(geometry, "q_lora_rank", 1536)
+    d = geo(geometry, "head_dim", 512)
+    ratio = float(key.get("compress_ratio") or 1) or 1.0
+    topk = geo(geometry, "index_topk", 2048)
+    if "logits" in table or "topk" in table:
+        return WorkModel(pair_flops_shared=2.0 * geo(geometry, "index_n_heads", 64) * geo(geometry, "index_head_dim", 128),
+                         kv_bytes_per_token=geo(geometry, "index_head_dim", 128) * kv_b, compress=ratio, **common)
+    o_lora, o_groups = geo(geometry, "o_lora_rank", 1024), geo(geometry, "o_groups", 8)
+    proj_shared = hidden * q_lora + hidden * d + o_groups * o_lora * hidden / max(o_groups, 1)
+    proj_per_head = q_lora * d + d * o_lora / max(o_groups, 1)
+    if table.startswith("glm5"):
+        proj_shared, proj_per_head = 0.0, 0.0
+    cap = topk if "csa" in table or ratio <= 4 else 0.0
+    return WorkModel(proj_shared=proj_shared, proj_per_head=proj_per_head, pair_flops_per_head=4.0 * d,
+                     kv_bytes_per_token=d * kv_b, act_bytes_per_token_per_head=2.0 * d * 2.0, cap=cap,
+                     compress=ratio if compressed_keys else 1.0, **common)
+
 DSV4 = register(
     Family(
         name="dsv4",
@@ -43,5 +74,6 @@ DSV4 = register(
         requires_model=True,
         requires_tp=True,
         rationale="q/o low-rank projections, output groups, indexer and window are model variables",
+        work=dsv4_work,
     )
 )

@@ -7,10 +7,36 @@ dims), so within a table the local head count completes the key. Files mix nativ
 counts, the evidence for keeping this family local-only.
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from ..models import ConfigField
+from ..roofline import GpuSpec, WorkModel, bytes_of, common_terms, geo
 from .base import Family, NativeSource, TableSpec, Tier, module_spec, register
 
 _KERNEL_CATEGORICAL = ("op_name", "kernel_source", "mla_dtype", "kv_cache_dtype")
+
+
+
+def mla_kernel_work(table: str, phase: str, key: Mapping[str, Any], geometry: Mapping[str, Any],
+                    gpu: GpuSpec) -> WorkModel:
+    """mla_bmm: per-token, per-head latent projections. Context: non-absorbed attention (q.k
+    over nope + rope, p.v over v). Decode: absorbed, every head reads the shared latent cache."""
+    common = common_terms(phase, key, gpu)
+    kv_b = bytes_of(key.get("kv_cache_dtype"))
+    kv_lora = geo(geometry, "kv_lora_rank", 512)
+    nope, rope, v = geo(geometry, "qk_nope_head_dim", 128), geo(geometry, "qk_rope_head_dim", 64), \
+        geo(geometry, "v_head_dim", 128)
+    if table == "mla_bmm":
+        return WorkModel(token_flops_per_head=2.0 * nope * kv_lora, proj_per_head=nope * kv_lora,
+                         act_bytes_per_token_per_head=(nope + kv_lora) * 2.0, **common)
+    if phase == "context":
+        return WorkModel(pair_flops_per_head=2.0 * (nope + rope + v),
+                         kv_bytes_per_token_per_head=(nope + v) * kv_b, kv_bytes_per_token=rope * kv_b,
+                         act_bytes_per_token_per_head=(nope + rope + v) * 2.0, **common)
+    return WorkModel(pair_flops_per_head=2.0 * (kv_lora + rope + kv_lora), kv_bytes_per_token=(kv_lora + rope) * kv_b,
+                     act_bytes_per_token_per_head=(kv_lora + rope) * 2.0, **common)
+
 
 MLA_KERNEL = register(
     Family(
@@ -45,6 +71,7 @@ MLA_KERNEL = register(
             "the kernel runs the local heads against a latent cache whose dims are fixed for the "
             "whole table; no model variable outside the key changes the launch"
         ),
+        work=mla_kernel_work,
         notes={"kernel_dims": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}},
     )
 )

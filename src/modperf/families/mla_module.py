@@ -6,7 +6,11 @@ sharding to the same local count (DeepSeek-V3 128 @ tp2 and Kimi-K2 64 @ tp1) ar
 modules, so the head axis keys [native][local].
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from ..models import ConfigField
+from ..roofline import GpuSpec, WorkModel, bytes_of, common_terms, geo
 from .base import Family, NativeSource, Tier, module_spec, register
 
 #: What an MLA module computes with. ``head_dim`` is deliberately absent: in MLA-style configs
@@ -22,6 +26,35 @@ MLA_GEOMETRY = (
     # Kimi-K3 gates the attention output with an extra projection; absent means no gate.
     ConfigField("mla_use_output_gate", False),
 )
+
+
+
+def mla_module_work(table: str, phase: str, key: Mapping[str, Any], geometry: Mapping[str, Any],
+                    gpu: GpuSpec, *, indexer: bool = False) -> WorkModel:
+    """The module's projections (q/kv down and up, output, Kimi-K3's gate) per token, the
+    attention core (non-absorbed in context, absorbed over the latent cache in decode) and,
+    for DSA (``indexer``), the indexer's scoring per (query, key) pair and the top-k cap."""
+    hidden = geo(geometry, "hidden_size", 7168)
+    q_lora, kv_lora = geo(geometry, "q_lora_rank", 1536), geo(geometry, "kv_lora_rank", 512)
+    nope, rope, v = geo(geometry, "qk_nope_head_dim", 128), geo(geometry, "qk_rope_head_dim", 64), \
+        geo(geometry, "v_head_dim", 128)
+    kv_b = bytes_of(key.get("kv_cache_dtype"))
+    gate = hidden * v if geo(geometry, "mla_use_output_gate", 0) else 0.0
+    proj_shared = hidden * q_lora + hidden * (kv_lora + rope)
+    proj_per_head = q_lora * (nope + rope) + kv_lora * (nope + v) + v * hidden + gate
+    if phase == "context":
+        pair, kv_tok, kv_head = 2.0 * (nope + rope + v), rope * kv_b, (nope + v) * kv_b
+    else:
+        pair, kv_tok, kv_head = 2.0 * (2 * kv_lora + rope), (kv_lora + rope) * kv_b, 0.0
+    shared_pair, cap = 0.0, 0.0
+    if indexer:
+        if not str(key.get("op_name", "")).endswith("_skip_indexer"):
+            shared_pair = 2.0 * geo(geometry, "index_n_heads", 64) * geo(geometry, "index_head_dim", 128)
+        cap = geo(geometry, "index_topk", 2048)
+    return WorkModel(proj_shared=proj_shared, proj_per_head=proj_per_head, pair_flops_per_head=pair,
+                     pair_flops_shared=shared_pair, kv_bytes_per_token=kv_tok, kv_bytes_per_token_per_head=kv_head,
+                     act_bytes_per_token_per_head=(nope + rope + v) * 2.0, cap=cap, **common_terms(phase, key, gpu))
+
 
 MLA_MODULE = register(
     Family(
@@ -40,5 +73,6 @@ MLA_MODULE = register(
             "projections depend on hidden_size and the q/kv lora ranks, outside the local key; "
             "one local count under two natives is two modules"
         ),
+        work=mla_module_work,
     )
 )

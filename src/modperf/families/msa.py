@@ -5,10 +5,29 @@ A GQA-shaped attention with a block-sparse selector: its cost depends on the pro
 the local key.
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from ..models import ConfigField
+from ..roofline import GpuSpec, WorkModel, bytes_of, common_terms, geo
 from .base import Family, NativeSource, Tier, module_spec, register
 
 _SPARSE = "sparse_attention_config."
+
+
+
+def msa_work(table: str, phase: str, key: Mapping[str, Any], geometry: Mapping[str, Any],
+             gpu: GpuSpec) -> WorkModel:
+    """GQA-shaped: q/o projections per head, k/v projections shared, attention capped by the
+    selector's top-k blocks."""
+    hidden = geo(geometry, "hidden_size", 7168)
+    d, kvh = geo(geometry, "head_dim", 128), geo(geometry, "num_key_value_heads", 8)
+    kv_b = bytes_of(key.get("kv_cache_dtype"))
+    cap = geo(geometry, _SPARSE + "sparse_topk_blocks", 0) * geo(geometry, _SPARSE + "sparse_block_size", 0)
+    return WorkModel(proj_shared=hidden * 2 * kvh * d, proj_per_head=2.0 * hidden * d, pair_flops_per_head=4.0 * d,
+                     kv_bytes_per_token=2.0 * kvh * d * kv_b, act_bytes_per_token_per_head=2.0 * d * 2.0, cap=cap,
+                     **common_terms(phase, key, gpu))
+
 
 MSA = register(
     Family(
@@ -38,5 +57,6 @@ MSA = register(
         requires_model=True,
         requires_tp=True,
         rationale="projections, kv heads and the block-sparse selector are model variables outside the local key",
+        work=msa_work,
     )
 )

@@ -9,12 +9,21 @@ its model's native count, and tp_size is an ordinary key column.
 """
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
+from ..roofline import GpuSpec, WorkModel
 from .base import Family, NativeSource, TableSpec, Tier, register
 from .dsa import DSA_GEOMETRY
-from .dsv4 import DSV4_GEOMETRY
+from .dsv4 import DSV4_GEOMETRY, dsv4_work
+
+
+def sparse_kernel_work(table: str, phase: str, key: Mapping[str, Any], geometry: Mapping[str, Any],
+                       gpu: GpuSpec) -> WorkModel:
+    """DeepSeek-V4's work model (modperf.families.dsv4), keys counted as stored."""
+    return dsv4_work(table, phase, key, geometry, gpu, compressed_keys=False)
+
 
 _CATEGORICAL = ("op_name", "kernel_source", "mla_dtype", "kv_cache_dtype", "gemm_type", "score_mode")
 _DISCRETE = ("tp_size", "compress_ratio", "local_num_heads")
@@ -58,5 +67,6 @@ SPARSE_KERNEL = register(
         requires_tp=True,
         stale_guard=False,
         rationale="num_heads is the native count by contract; tp_size is an ordinary key",
+        work=sparse_kernel_work,
     )
 )

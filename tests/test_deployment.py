@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from modperf import errors as E
-from modperf.shard import parse_tps, validate_tps
+from modperf.deployment import parse_tps, validate_tps
 
 
 def test_parse_and_validate_tps():

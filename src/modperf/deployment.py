@@ -1,0 +1,164 @@
+"""Head and deployment resolution: what one rank runs when a model is deployed at a
+tensor-parallel size, and whether a table can answer it.
+
+Every command that turns a model and a deployment into table keys goes through here (query,
+estimate, coverage), so that they cannot disagree:
+
+* tp sizes as users give them (:func:`parse_tps`, :func:`validate_tps`);
+* local heads: ``native / tp``, only where tp divides the native (:func:`local_heads`);
+* GQA kv heads under the backends' sharding rule (:func:`local_kv_heads`): each rank holds
+  ``kv / tp`` kv heads where tp divides kv; where tp exceeds kv (and kv divides tp) every rank
+  holds one kv head, replicated ``tp / kv`` times (vLLM, SGLang and TRT-LLM all replicate this
+  way); any other combination cannot be sharded;
+* ``head_dim`` of a config (its own field, else ``hidden_size / num_attention_heads``);
+* whether a table's heads axis answers a local count (:func:`heads_answer`): measured,
+  interpolated between measured locals, extrapolated within the query limit, or not at all --
+  the rule a query's grid applies, so coverage reports what a query answers;
+* the module geometry check (:func:`geometry_mismatch`) and native substitution
+  (:func:`nearest_native`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import errors as E
+from .interp import EXTRAPOLATION_LIMIT
+
+if TYPE_CHECKING:
+    from .buckets import KeyedTable
+    from .models import ModelConfig
+
+TP_FIX = "pass e.g. --tp 1,2,4,8"
+
+MEASURED, INTERPOLATED, EXTRAPOLATED = "exact", "interpolated", "extrapolated"
+
+
+# --- tp sizes ---------------------------------------------------------------------------------
+
+
+def validate_tps(tps: Iterable[object]) -> list[int]:
+    """Distinct positive integers, sorted; anything else is an OptionValueError (exit 2)."""
+    values = list(tps)
+    ok = values and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t > 0 for t in values)
+    if not ok:
+        raise E.OptionValueError("tp sizes must be positive integers", values={"tp": values}, fix=TP_FIX)
+    return sorted({int(t) for t in values})  # type: ignore[call-overload]
+
+
+def parse_tps(text: str) -> list[int]:
+    """``"1,2,4,8"`` -> [1, 2, 4, 8]."""
+    try:
+        values = [int(p) for p in text.replace(" ", "").split(",") if p]
+    except ValueError:
+        raise E.OptionValueError("--tp takes positive integers separated by commas", values={"tp": text},
+                                 fix=TP_FIX) from None
+    if not values or any(v <= 0 for v in values):
+        raise E.OptionValueError("--tp takes positive integers separated by commas", values={"tp": text},
+                                 fix=TP_FIX)
+    return validate_tps(values)
+
+
+def divisors(n: int) -> list[int]:
+    out = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*out, *(n // d for d in out)})
+
+
+# --- heads ------------------------------------------------------------------------------------
+
+
+def local_heads(native: int, tp: int) -> int:
+    """Heads one rank runs: ``native / tp``; ShardError where tp does not divide the native."""
+    if native % tp:
+        raise E.ShardError(
+            f"tp_size={tp} does not divide the native head count {native}",
+            values={"native_heads": native, "tp_size": tp},
+            fix=f"use a tp_size that divides {native} ({', '.join(map(str, divisors(native)))}), "
+                "or give num_heads (the rank-local count) directly")
+    return native // tp
+
+
+def kv_shardable(kv: int, tp: int) -> bool:
+    return kv % tp == 0 or tp % kv == 0
+
+
+def local_kv_heads(kv: int, tp: int) -> int:
+    """kv heads one rank holds: ``kv / tp``, or one (replicated) where tp exceeds kv."""
+    if kv % tp == 0:
+        return kv // tp
+    if tp % kv == 0:
+        return 1
+    raise E.ShardError(
+        f"tp_size={tp} cannot shard {kv} kv heads (neither divides the other)",
+        values={"num_key_value_heads": kv, "tp_size": tp},
+        fix=f"use a tp_size that divides {kv} or that {kv} divides")
+
+
+def head_dim(cfg: ModelConfig) -> int | None:
+    """The attention head width: the config's ``head_dim``, else hidden_size / heads."""
+    hd = cfg.get("head_dim", None)
+    if isinstance(hd, int) and not isinstance(hd, bool):
+        return hd
+    hidden = cfg.get("hidden_size", None)
+    if isinstance(hidden, int) and hidden % cfg.native_heads == 0:
+        return hidden // cfg.native_heads
+    return None
+
+
+def gqa_dims(cfg: ModelConfig) -> tuple[int, int] | None:
+    """(kv heads, head_dim) of a GQA model, or None where the config does not say."""
+    kv = cfg.kv_heads
+    hd = head_dim(cfg)
+    if kv is None or hd is None:
+        return None
+    return kv, hd
+
+
+def heads_answer(measured_locals: Sequence[int], local: int) -> str | None:
+    """How a heads axis holding ``measured_locals`` answers ``local``: measured (``exact``),
+    bracketed (``interpolated``), within the extrapolation limit past the nearest end
+    (``extrapolated``), or None. A local-only table answers any native's local this way; a
+    [native][local] table answers from its native's locals only."""
+    if not measured_locals:
+        return None
+    values = sorted(set(int(v) for v in measured_locals))
+    if local in values:
+        return MEASURED
+    if values[0] < local < values[-1]:
+        return INTERPOLATED
+    edge = values[0] if local < values[0] else values[-1]
+    if abs(math.log2(local + 1.0) - math.log2(edge + 1.0)) <= EXTRAPOLATION_LIMIT:
+        return EXTRAPOLATED
+    return None
+
+
+# --- natives ----------------------------------------------------------------------------------
+
+
+def nearest_native(natives: Iterable[int], native: int | None) -> int:
+    """Nearest native by ratio; ties go to the larger (more work: the conservative answer)."""
+    target = float(native or 1)
+    return min(natives, key=lambda n: (abs(math.log(n / target)), -n))
+
+
+def geometry_mismatch(keyed: KeyedTable, config: ModelConfig, models: Sequence[str]) -> dict[str, Any]:
+    """Fields of the family's module geometry where ``config`` differs from the model that
+    measured a bucket (empty: the same module)."""
+    fields = keyed.family.geometry_for(keyed.ref.table)
+    try:
+        mine = dict(config.geometry(fields))
+    except E.ModelError:
+        return {"config": "cannot read the fields this family needs"}
+    theirs = dict(keyed.model_geometry.get(models[0], ())) if models else {}
+    if not theirs:
+        return {}
+    return {k: {"query": mine.get(k), "bucket": v} for k, v in theirs.items() if mine.get(k) != v}
+
+
+__all__ = ["EXTRAPOLATED", "EXTRAPOLATION_LIMIT", "INTERPOLATED", "MEASURED", "TP_FIX", "divisors",
+           "geometry_mismatch", "gqa_dims", "head_dim", "heads_answer", "kv_shardable", "local_heads",
+           "local_kv_heads", "nearest_native", "parse_tps", "validate_tps"]

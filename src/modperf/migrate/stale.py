@@ -1,0 +1,182 @@
+"""The stale-native pattern: inside one (model, version) group, ``num_heads`` equals the model's
+native count on every row while ``tp_size`` varies. The group's rows get ``num_heads = native
+// tp_size``; partly stale groups, constants that are not the native and natives that do not
+divide are refused, and the whole file is left untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from .. import errors as E
+from ..families.base import HEADS, MODEL, TP
+from ..models import ModelRegistry
+from .plan import (
+    GROUP_RANK_LOCAL,
+    GROUP_REFUSED,
+    GROUP_STALE,
+    RANK_LOCAL,
+    REWRITE,
+    STALE,
+    FilePlan,
+    GroupPlan,
+    config_of,
+    ints,
+    sorted_unique,
+    strings,
+    usable_head_columns,
+)
+
+Classification = tuple[str, "str | None", "type[E.ModperfError] | None"]
+
+
+def _classify(heads: np.ndarray, tp: np.ndarray, native: int) -> Classification:
+    """The state of one (model, version) group whose native is known."""
+    tps, distinct_heads = np.unique(tp), np.unique(heads)
+    if tps.size >= 2 and distinct_heads.size == 1 and int(distinct_heads[0]) == native:
+        undivided = [int(t) for t in tps if native % int(t)]
+        if undivided:
+            return (GROUP_REFUSED, f"native {native} does not divide by tp_size {undivided}",
+                    E.HeadsNotDivisibleError)
+        return GROUP_STALE, None, None
+    multi = tp > 1
+    local_ok = heads * tp == native
+    if not (multi & ~local_ok).any():
+        return GROUP_RANK_LOCAL, None, None
+    at_native = multi & (heads == native)
+    if at_native.any() and ((multi & local_ok).any() or ((~multi) & (heads != native)).any()):
+        return (GROUP_REFUSED, "partly stale: some rows hold the native count at tp>1, others are rank-local",
+                E.PartlyStaleError)
+    if distinct_heads.size == 1 and tps.size >= 2:
+        return (GROUP_REFUSED, f"num_heads is constant ({int(distinct_heads[0])}) while tp_size varies, but is not "
+                               f"the model's native {native}", E.MigrationRefusedError)
+    if at_native.any():
+        return (GROUP_REFUSED, "native count at a single tp_size > 1: the stale fingerprint needs tp_size to vary "
+                               "within the group, so the rows cannot be told apart from mislabelled ones",
+                E.MigrationRefusedError)
+    return GROUP_REFUSED, "tp>1 rows that are neither rank-local nor the stale pattern", E.MigrationRefusedError
+
+
+def _groups(table: pa.Table, forced_model: str | None) -> tuple[np.ndarray, list[tuple[str | None, str | None]]]:
+    """Group id per row and (model, version) per group, in order of first appearance."""
+    n = table.num_rows
+    if MODEL in table.column_names:
+        m_codes, m_values = strings(table.column(MODEL))
+    else:
+        m_codes, m_values = np.zeros(n, dtype=np.int64), [forced_model]
+    if "version" in table.column_names:
+        v_codes, v_values = strings(table.column("version"))
+    else:
+        v_codes, v_values = np.zeros(n, dtype=np.int64), [None]
+    combined = m_codes * (len(v_values) + 1) + v_codes
+    _, first, group = np.unique(combined, return_index=True, return_inverse=True)
+    # renumber groups by first appearance, so plans read in file order
+    rank = np.argsort(np.argsort(first))
+    group = rank[group.reshape(-1)]
+    order = np.argsort(first)
+    keys = []
+    for g in order:
+        row = int(first[g])
+        keys.append((m_values[int(m_codes[row])], v_values[int(v_codes[row])]))
+    return group, keys
+
+
+def _refusal_errors(plan: FilePlan, refused: list[tuple[GroupPlan, type[E.ModperfError], np.ndarray]]) -> None:
+    """One typed error per kind of refusal, each listing its groups and their rows."""
+    by_kind: dict[type[E.ModperfError], list[tuple[GroupPlan, np.ndarray]]] = {}
+    for group, cls, rows in refused:
+        by_kind.setdefault(cls, []).append((group, rows))
+    for cls, members in by_kind.items():
+        gs = [g for g, _ in members]
+        rows = np.sort(np.concatenate([r for _, r in members]))
+        what = {E.PartlyStaleError: "partly stale group(s)",
+                E.HeadsNotDivisibleError: "group(s) whose native does not divide by tp_size"}.get(
+            cls, "group(s) that show neither the stale pattern nor rank-local heads")
+        plan.refuse(cls(
+            f"{len(gs)} {what}; the file is left untouched (nothing is guessed)",
+            file=plan.source, rows=rows[: E.ROWS_SHOWN].tolist(), row_count=int(rows.size),
+            values={"groups": [g.brief() for g in gs]},
+            fix="re-collect these groups with rank-local num_heads (native // tp_size), or split the file so that "
+                "each group is either wholly stale or wholly rank-local, then migrate again",
+        ))
+
+
+def plan_stale(plan: FilePlan, table: pa.Table, registry: ModelRegistry, model: str | None,
+                read_full: Callable[[], pa.Table]) -> None:
+    """``table`` holds at least model, version, num_heads and tp_size; ``read_full`` reads the
+    whole file once a rewrite is planned."""
+    if not usable_head_columns(plan, table):
+        return
+    has_model = MODEL in table.column_names
+    if model is not None and has_model:
+        plan.notes.append("--model is not used: the table names each row's model")
+    heads, tp = ints(table, HEADS), ints(table, TP)
+    group, keys = _groups(table, None if has_model else model)
+    row_lists = [np.flatnonzero(group == g) for g in range(len(keys))]
+    native_per_row = np.full(table.num_rows, -1, dtype=np.int64)
+    groups: list[GroupPlan] = []
+    refused: list[tuple[GroupPlan, type[E.ModperfError], np.ndarray]] = []
+    needs_model: list[GroupPlan] = []
+    for (name, version), rows in zip(keys, row_lists):
+        gh, gt = heads[rows], tp[rows]
+        gp = GroupPlan(name, version, int(rows.size), None, sorted_unique(gt), sorted_unique(gh), GROUP_RANK_LOCAL)
+        groups.append(gp)
+        fingerprint = len(gp.tp_sizes) >= 2 and len(gp.num_heads_before) == 1
+        if not has_model and not fingerprint:
+            # a table without a model column records native as num_heads * tp_size per row (files
+            # mix tp chains of several natives): without the fingerprint there is nothing to migrate
+            continue
+        if name is None:
+            gp.status, gp.reason = GROUP_REFUSED, "stale fingerprint, but the table records no model"
+            needs_model.append(gp)
+            continue
+        try:
+            cfg = config_of(registry, name, plan.source, rows)
+        except E.ModelError as exc:
+            gp.status, gp.reason = GROUP_REFUSED, "model has no usable config"
+            plan.refuse(exc)
+            continue
+        gp.native = cfg.native_heads
+        native_per_row[rows] = gp.native
+        gp.status, gp.reason, error = _classify(gh, gt, gp.native)
+        if error is not None:
+            refused.append((gp, error, rows))
+        if gp.status == GROUP_STALE:
+            gp.num_heads_after = {t: gp.native // t for t in gp.tp_sizes}
+            gp.rows_changed = int((gh != gp.native // gt).sum())
+    plan.groups = groups
+    plan.native_per_row = native_per_row
+    if needs_model:
+        plan.refuse(E.ModelRequiredError(
+            "num_heads is constant while tp_size varies (the stale fingerprint), and the table has no model column "
+            "to take the native head count from", file=plan.source,
+            values={"groups": [g.brief() for g in needs_model]},
+            fix=f"run `modperf migrate {plan.source} --model MODEL_ID` with the model whose native head count the "
+                "constant num_heads is",
+        ))
+    if refused:
+        _refusal_errors(plan, refused)
+    stale = [g for g in groups if g.status == GROUP_STALE]
+    if stale or refused or needs_model:
+        plan.pattern = STALE
+    elif plan.ok:
+        plan.pattern = RANK_LOCAL
+    if not plan.ok or not stale:
+        return
+    new_heads = heads.copy()
+    for g, rows in zip(groups, row_lists):
+        if g.status == GROUP_STALE:
+            new_heads[rows] = g.native // tp[rows]
+    try:
+        table = read_full()
+    except E.ModperfError as exc:
+        plan.refuse(exc)
+        return
+    plan.source_table = table
+    index = table.schema.get_field_index(HEADS)
+    heads_field = table.schema.field(index)
+    plan.migrated = table.set_column(index, heads_field, pa.array(new_heads, type=heads_field.type))
+    plan.rows_changed = int((new_heads != heads).sum())
+    plan.action = REWRITE

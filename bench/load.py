@@ -30,7 +30,7 @@ if mode == "plain":
     for r in refs:
         rows += pq.read_table(r.path).num_rows
 elif mode == "load":
-    from modperf.load import load_table
+    from modperf.loader import load_table
     from modperf.models import ModelRegistry
     models = ModelRegistry.default()
     for r in refs:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.helpers import LEGACY_DIR, STALE_DIR, shared_fixtures, writable_copy
 
 import modperf
 from modperf.models import ModelRegistry
-from tests.helpers import LEGACY_DIR, STALE_DIR, shared_fixtures, writable_copy
 
 
 @pytest.fixture(scope="session")

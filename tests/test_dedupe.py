@@ -12,8 +12,8 @@ import pytest
 
 from modperf import errors as E
 from modperf.catalog import TableRef, embedded_data_root, refs_for_paths
-from modperf.loader import load_one
 from modperf.dedupe import DEFAULT_TOLERANCE, audit_table, dedupe, write_table
+from modperf.loader import load_one
 from modperf.models import ModelRegistry
 
 ALIAS = "02_alias_duplication"

@@ -13,7 +13,7 @@ from modperf import errors as E
 from modperf.estimate import estimate
 
 
-def fastest(db: modperf.Database, kernels: list[str], **fields) -> modperf.query.Answer:  # noqa: F821
+def fastest(db: modperf.Database, kernels: list[str], **fields) -> modperf.query.Answer:
     """The kernel policy, restated: the fastest answer that needs no extrapolation."""
     answers = []
     for ks in kernels:

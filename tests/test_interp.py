@@ -29,7 +29,7 @@ BATCH = (1, 2, 4, 8)
 ISL = (16, 32, 64, 128)
 
 
-def work_roofline(values):  # noqa: ANN001,ANN201  (batch, isl): affine in batch, quadratic in isl
+def work_roofline(values):
     b, s = values
     return b * (s * s + 100.0 * s)
 

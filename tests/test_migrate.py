@@ -13,18 +13,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from tests.helpers import CSA_CTX, STALE_DIR, TWIN_DIR, snapshot, writable_copy
 
 from modperf import errors as E
 from modperf.atomic import temp_files
 from modperf.catalog import TableRef, embedded_data_root
 from modperf.loader import load_table
 from modperf.migrate import (
-    LEGACY, NATIVE_KEYED, NO_TP_AXIS, NOTHING, RANK_LOCAL, REFUSED, REWRITE, STALE, UNREADABLE, WRITE, migrate,
+    LEGACY,
+    NATIVE_KEYED,
+    NO_TP_AXIS,
+    NOTHING,
+    RANK_LOCAL,
+    REFUSED,
+    REWRITE,
+    STALE,
+    UNREADABLE,
+    WRITE,
+    migrate,
 )
-from modperf.reader import read_table
 from modperf.models import ModelRegistry
+from modperf.reader import read_table
 from modperf.schema import corpus_schema
-from tests.helpers import CSA_CTX, STALE_DIR, TWIN_DIR, snapshot, writable_copy
 
 NATIVE_KEYED_DIR = "01_dsv4_stale_vs_migrated/native_keyed_kernel_93dfd1fd2"
 V3 = "deepseek-ai/DeepSeek-V3"
@@ -151,12 +161,12 @@ def test_the_shipped_corpus_needs_no_migration() -> None:
 # --- stale refusals ----------------------------------------------------------------------------
 
 
-def _edit(path: Path, change) -> None:  # noqa: ANN001
+def _edit(path: Path, change) -> None:
     table = pq.read_table(path)
     pq.write_table(change(table), path, compression="zstd")
 
 
-def _set_where(table: pa.Table, column: str, mask: pa.ChunkedArray, value) -> pa.Table:  # noqa: ANN001
+def _set_where(table: pa.Table, column: str, mask: pa.ChunkedArray, value) -> pa.Table:
     index = table.schema.get_field_index(column)
     field = table.schema.field(index)
     new = pc.if_else(mask, pa.scalar(value, field.type), table.column(column))
@@ -398,10 +408,10 @@ def test_two_inputs_for_one_target_are_refused(fixtures: Path, tmp_path: Path) -
     assert not (tmp_path / "out").exists()
 
 
-def test_a_write_failing_midway_leaves_the_original_and_no_temp_file(stale: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_a_write_failing_midway_leaves_the_original_and_no_temp_file(stale: Path, monkeypatch) -> None:
     before = snapshot(stale)
 
-    def disk_full(table, where, **kwargs):  # noqa: ANN001, ANN003
+    def disk_full(table, where, **kwargs):
         where.write(b"PAR1" + b"\0" * 4096)  # part of a file, then the disk fills up
         raise OSError(28, "No space left on device")
 
@@ -418,11 +428,11 @@ def test_a_write_failing_midway_leaves_the_original_and_no_temp_file(stale: Path
     assert all(temp_files(p.parent) == [] for p in stale.rglob("*_perf.parquet"))
 
 
-def test_verification_failure_replaces_nothing(stale: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_verification_failure_replaces_nothing(stale: Path, monkeypatch) -> None:
     import modperf.migrate.execute as migrate_module
     from modperf.atomic import parquet_writer
 
-    def tampered(table: pa.Table, **kwargs):  # noqa: ANN003
+    def tampered(table: pa.Table, **kwargs):
         latency = table.column("latency")
         return parquet_writer(table.set_column(table.num_columns - 1, "latency", pc.multiply(latency, 2.0)), **kwargs)
 

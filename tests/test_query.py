@@ -23,7 +23,7 @@ GQA_GEN = dict(table="generation_attention", system="h200_sxm", backend="vllm", 
                num_key_value_heads=8, head_dim=128, window_size=0, beam_width=1)
 
 
-def stored(db: modperf.Database, slot: dict, **where) -> list[float]:  # noqa: ANN003
+def stored(db: modperf.Database, slot: dict, **where) -> list[float]:
     """Latencies of the rows matching ``where``, read straight from the table's file."""
     path = db.ref(slot["system"], slot["backend"], slot["version"], slot["table"]).path
     table = pq.read_table(path)

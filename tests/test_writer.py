@@ -43,7 +43,7 @@ def split_columns(table: pa.Table, leave_out: tuple[str, ...]) -> tuple[dict, li
 
 
 def replay(rows: pa.Table, root: Path, table: str, *, leave_out: tuple[str, ...], system: str, backend: str,
-           **kwargs):  # noqa: ANN003
+           **kwargs):
     """Write ``rows`` through a writer the way a collector would, one add() per row."""
     fixed, per_row = split_columns(rows, ("latency", *leave_out))
     version = fixed.pop("version")
@@ -61,7 +61,7 @@ def pro_rows(fixtures: Path) -> pa.Table:
     return table.filter(pc.equal(table.column("model"), PRO))
 
 
-def module_writer(root: Path, **kwargs):  # noqa: ANN003
+def module_writer(root: Path, **kwargs):
     fixed = dict(framework="SGLang", device="NVIDIA B200", op_name="dsv4_csa_generation_module",
                  kernel_source="compressed_flashmla", mla_dtype="bfloat16", kv_cache_dtype="fp8_e4m3",
                  gemm_type="fp8_block", compress_ratio=4)
@@ -213,10 +213,9 @@ def test_kernel_table_without_model_runs_the_stale_guard_at_close(tmp_path: Path
 
 
 def test_with_block_left_by_an_exception_writes_nothing(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError):
-        with module_writer(tmp_path, model=PRO) as w:
-            w.add(0.1688, tp_size=1, **ROW)
-            raise RuntimeError("collector crashed")
+    with pytest.raises(RuntimeError), module_writer(tmp_path, model=PRO) as w:
+        w.add(0.1688, tp_size=1, **ROW)
+        raise RuntimeError("collector crashed")
     assert not w.path.exists() and not w.path.parent.exists()
     with pytest.raises(E.WriterError, match="already closed"):
         w.close()
@@ -279,13 +278,13 @@ def test_sidecar_of_another_runtime_is_refused(tmp_path: Path) -> None:
     assert not w.path.exists() and temp_files(folder) == []
 
 
-def test_a_write_failing_midway_leaves_the_old_table(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_a_write_failing_midway_leaves_the_old_table(tmp_path: Path, monkeypatch) -> None:
     with module_writer(tmp_path, model=PRO) as w:
         w.add(0.1688, tp_size=1, **ROW)
     before = w.path.read_bytes()
     sidecar_before = (w.path.parent / SIDECAR).read_bytes()
 
-    def disk_full(table, where, **kwargs):  # noqa: ANN001, ANN003
+    def disk_full(table, where, **kwargs):
         where.write(b"PAR1" + b"\0" * 1000)
         raise OSError(28, "No space left on device")
 

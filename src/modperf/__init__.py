@@ -15,19 +15,19 @@ The heavier tools live in their modules, imported on use: ``modperf.estimate.est
 from __future__ import annotations
 
 from . import errors
+from ._meta import __version__
 from .buckets import KeyedTable
 from .catalog import Catalog, TableRef
 from .check import CheckReport, check
-from .db import Database, open
+from .db import Database, open  # noqa: A004  (modperf.open shadows the builtin by design)
 from .errors import ModperfError
 from .families import Family, Tier, family_of, registry
 from .loader import Loaded, Scope, load_one, load_table
 from .models import ModelConfig, ModelRegistry
 
-__version__ = "0.1.0"
-
 __all__ = [
     "Catalog", "CheckReport", "Database", "Family", "KeyedTable", "Loaded", "ModelConfig", "ModelRegistry",
-    "ModperfError", "Scope", "TableRef", "Tier", "check", "errors", "family_of", "load_one", "load_table", "open",
+    "ModperfError", "Scope", "TableRef", "Tier", "__version__", "check", "errors", "family_of", "load_one",
+    "load_table", "open",
     "registry",
 ]

@@ -100,7 +100,8 @@ def _link_new(temp: Path, target: Path) -> None:
             raise
         # a filesystem without hard links: check, then replace (a narrow race, reported honestly)
         if target.exists():
-            raise E.TargetExistsError("target already exists", file=target, fix="remove it, or write elsewhere") from None
+            raise E.TargetExistsError("target already exists", file=target,
+                                      fix="remove it, or write elsewhere") from None
         os.replace(temp, target)
         return
     temp.unlink()

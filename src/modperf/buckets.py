@@ -185,7 +185,8 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         agreement = _agreement(point_of_row, vt.native[order], lat_sorted, starts.size)
 
     # buckets
-    bucket_starts = np.flatnonzero(np.r_[True, point_bucket[1:] != point_bucket[:-1]]) if starts.size else np.array([], dtype=np.int64)
+    bucket_starts = (np.flatnonzero(np.r_[True, point_bucket[1:] != point_bucket[:-1]]) if starts.size
+                     else np.array([], dtype=np.int64))
     offsets = np.append(bucket_starts, starts.size).astype(np.int64)
     first_rows = order[starts[bucket_starts]] if starts.size else np.array([], dtype=np.int64)
     bucket_keys: list[tuple[Any, ...]] = []
@@ -206,7 +207,8 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         pairs = unique_codes(row_bucket * (len(vt.model.values) + 1) + vt.model.codes[order])
         per_bucket: list[list[str]] = [[] for _ in range(len(first_rows))]
         for p in pairs:
-            per_bucket[int(p // (len(vt.model.values) + 1))].append(vt.model.values[int(p % (len(vt.model.values) + 1))])
+            per_bucket[int(p // (len(vt.model.values) + 1))].append(
+                vt.model.values[int(p % (len(vt.model.values) + 1))])
         bucket_models = [tuple(sorted(ms)) for ms in per_bucket]
     else:
         bucket_models = [()] * len(first_rows)

@@ -172,7 +172,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _collection_meta(folder: Path) -> dict[str, Any]:
     """collection_meta.yaml of a version folder, read on first use (a scan does not need the
     ~450 sidecars of the corpus, and parsing them is most of a scan's cost)."""
@@ -198,10 +198,10 @@ def _scan_folders(root: Path) -> Iterator[_VersionFolder]:
                     folder = _VersionFolder(version, system.name, family_dir.name, backend.name, version.name)
                     for entry in version.iterdir():
                         stem = table_stem(entry)
-                        if stem is not None and entry.is_file():
-                            # a parquet file wins over a legacy CSV of the same table
-                            if stem not in folder.files or entry.name.endswith(PARQUET_SUFFIX):
-                                folder.files[stem] = entry
+                        # a parquet file wins over a legacy CSV of the same table
+                        if stem is not None and entry.is_file() and (
+                                stem not in folder.files or entry.name.endswith(PARQUET_SUFFIX)):
+                            folder.files[stem] = entry
                     reuse_doc = _read_yaml(version / "reuse.yaml")
                     for item in reuse_doc.get("reuse") or []:
                         if isinstance(item, dict) and item.get("table") and item.get("from_version"):
@@ -222,7 +222,7 @@ class Catalog:
     problems: list[str]  # reuse declarations whose donor is missing
 
     @classmethod
-    def scan(cls, root: str | os.PathLike[str] | None = None) -> "Catalog":
+    def scan(cls, root: str | os.PathLike[str] | None = None) -> Catalog:
         root_path = resolve_data_root(root)
         folders = list(_scan_folders(root_path))
         by_key = {(f.system, f.family_dir, f.backend, f.version): f for f in folders}

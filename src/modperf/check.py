@@ -182,7 +182,8 @@ def check(
         q_start = time.perf_counter()
 
         def each(group: list[Loaded]) -> list[tuple[FileResult, Any]]:
-            return list(zip([FileResult.from_load(ld) for ld in group], assess_loaded(group, quality, quality_examples)))
+            return list(zip([FileResult.from_load(ld) for ld in group],
+                            assess_loaded(group, quality, quality_examples)))
 
         pairs = load_groups(selection, group_key, each, workers=workers, on_progress=on_progress)
         results = [fr for fr, _ in pairs]

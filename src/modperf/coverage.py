@@ -230,7 +230,8 @@ def _slot_coverage(ref: TableRef, facts: _FileFacts) -> SlotCoverage:
             for t in cols:
                 hit = facts.by_native_tp.get((nat, t))
                 local = nat // t if nat % t == 0 else 0
-                cells.append(Cell(t, local, hit is not None, hit is not None, *(hit or (0, 0)),
+                pts, variants = hit or (0, 0)
+                cells.append(Cell(t, local, hit is not None, hit is not None, pts, variants,
                                   collected_tp=[t] if hit else [], answer="exact" if hit else None))
             out.natives.append(NativeCoverage(nat, facts.models_by_native.get(nat, []), cells))
         return out
@@ -242,7 +243,8 @@ def _slot_coverage(ref: TableRef, facts: _FileFacts) -> SlotCoverage:
             for t in _tp_columns(nat, locals_):
                 hit = facts.by_native_local.get((nat, nat // t))
                 answer = heads_answer(locals_, nat // t)
-                cells.append(Cell(t, nat // t, hit is not None, answer is not None, *(hit or (0, 0)),
+                pts, variants = hit or (0, 0)
+                cells.append(Cell(t, nat // t, hit is not None, answer is not None, pts, variants,
                                   collected_tp=sorted(facts.collected.get((nat, nat // t), ())), answer=answer))
             undeployable = [loc for loc in locals_ if loc > nat or nat % loc]
             out.natives.append(NativeCoverage(nat, facts.models_by_native.get(nat, []), cells, undeployable))
@@ -258,7 +260,8 @@ def _slot_coverage(ref: TableRef, facts: _FileFacts) -> SlotCoverage:
             pts = facts.locals.get(loc, 0)
             variants = facts.by_native_local.get((-1, loc), [0, 0])[1]
             answer = heads_answer(list(facts.locals), loc)
-            cells.append(Cell(t, loc, bool(collected), answer is not None, pts, variants, collected, answer))
+            cells.append(Cell(t, loc, bool(collected), answer is not None, pts, variants,
+                              collected_tp=collected, answer=answer))
         undeployable = [loc for loc in measured_locals if loc > nat or nat % loc]
         out.natives.append(NativeCoverage(nat, facts.models_by_native.get(nat, []), cells, undeployable))
     return out
@@ -409,7 +412,9 @@ def _measured(slot: SlotCoverage) -> dict[int, dict[int, int]]:
 
 
 def diff_slots(before: SlotCoverage | None, after: SlotCoverage | None) -> SlotDiff:
-    ref = (after or before).ref  # type: ignore[union-attr]
+    side = after or before
+    assert side is not None  # a slot is diffed because one of the versions holds it
+    ref = side.ref
     status = "both" if before and after else ("only_before" if before else "only_after")
     out = SlotDiff(ref.system, ref.backend, ref.table, status)
     b = _measured(before) if before else {}
@@ -442,7 +447,7 @@ def coverage_diff(
     scope = Scope.of(None, data_root=data_root, table=table, system=system, backend=backend,
                      model_configs=model_configs, physical=False)
     selection = scope.select()
-    have = {r.version for r in selection.refs}
+    have = {r.version for r in selection.refs if r.version is not None}  # catalog refs always carry one
     for v in (before, after):
         if v not in have:
             known = sorted(have, key=version_key)
@@ -618,8 +623,8 @@ def model_coverage(
         cells: dict[int, Cell | None] = {}
         if fam.tier is not Tier.LOCAL:
             geometry = _model_geometry(cfg, fam, ref.table)
-            if geometry is None or geometry not in measured_geometries.get(fam.name, set()) and \
-                    model not in {m for ms in f.models_by_native.values() for m in ms}:
+            if geometry is None or (geometry not in measured_geometries.get(fam.name, set()) and
+                    model not in {m for ms in f.models_by_native.values() for m in ms}):
                 continue
             nc = slot.native(native)
             if nc is None:

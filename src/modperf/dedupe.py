@@ -72,7 +72,7 @@ class Spread:
     over_tolerance: int = 0
 
     @classmethod
-    def of(cls, rel: np.ndarray, tolerance: float) -> "Spread":
+    def of(cls, rel: np.ndarray, tolerance: float) -> Spread:
         if not rel.size:
             return cls(0)
         return cls(int(rel.size), float(np.median(rel)), float(np.percentile(rel, 95)), float(rel.max()),
@@ -369,8 +369,8 @@ def audit_table(loaded: Loaded, *, tolerance: float = DEFAULT_TOLERANCE, prefer:
         row_order = np.lexsort((latency, ident.code))
         row_starts = np.searchsorted(ident.code[row_order], np.arange(ident.n_ids))
         for rel, kind, index in flagged[:examples] if examples else flagged:
-            i = index if kind == "alias" else int(pair_ident[index])
-            rows_of = row_order[row_starts[i]:row_starts[i] + rows_per_ident[i]]
+            ident_i = index if kind == "alias" else int(pair_ident[index])
+            rows_of = row_order[row_starts[ident_i]:row_starts[ident_i] + rows_per_ident[ident_i]]
             measured: dict[str, list[float]] = {}
             for r in rows_of:
                 name = model.values[int(model.codes[r])] if model is not None else ""

@@ -47,7 +47,7 @@ def validate_tps(tps: Iterable[object]) -> list[int]:
     ok = values and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t > 0 for t in values)
     if not ok:
         raise E.OptionValueError("tp sizes must be positive integers", values={"tp": values}, fix=TP_FIX)
-    return sorted({int(t) for t in values})  # type: ignore[call-overload]
+    return sorted({int(t) for t in values if isinstance(t, (int, np.integer))})  # every t is (ok); narrows t
 
 
 def parse_tps(text: str) -> list[int]:

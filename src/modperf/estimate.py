@@ -36,7 +36,7 @@ import numpy as np
 
 from . import errors as E
 from .deployment import local_heads, local_kv_heads, validate_tps
-from .families import family_of
+from .families import Family, family_of
 from .families import registry as family_registry
 from .families.base import Tier
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, KIND_NAMES, REFUSED
@@ -183,9 +183,15 @@ class Estimate:
 # --- planning -------------------------------------------------------------------------------
 
 
-def _family(layer: AttentionLayer):  # noqa: ANN202
+def _family(layer: AttentionLayer) -> Family:
     assert layer.family is not None
     return family_registry()[layer.family]
+
+
+def _table_family(table: str) -> Family:
+    fam = family_of(table)
+    assert fam is not None, table  # the tables of a layer schedule are declared in modperf/families/
+    return fam
 
 
 def _needed_tables(schedule: LayerSchedule) -> list[str]:
@@ -201,7 +207,7 @@ def _needed_tables(schedule: LayerSchedule) -> list[str]:
     return tables
 
 
-def _choose_versions(db: "Database", system: str, backend: str, version: str | None, tables: Sequence[str],
+def _choose_versions(db: Database, system: str, backend: str, version: str | None, tables: Sequence[str],
                      native: int, notes: list[str]) -> dict[str, str]:
     slots = [r for r in db.catalog.slots if r.system == system and r.backend == backend]
     if not slots:
@@ -222,7 +228,7 @@ def _choose_versions(db: "Database", system: str, backend: str, version: str | N
         return {t: version for t in tables}
     newest_first = sorted(by_version, key=version_key, reverse=True)
     complete = [v for v in newest_first if all(t in by_version[v] for t in tables)]
-    module_tables = [t for t in tables if t != GEMM_TABLE and family_of(t).tier is not Tier.LOCAL]
+    module_tables = [t for t in tables if t != GEMM_TABLE and _table_family(t).tier is not Tier.LOCAL]
     for v in complete:
         if all(native in db.table(system, backend, v, t).natives for t in module_tables):
             return {t: v for t in tables}
@@ -232,18 +238,18 @@ def _choose_versions(db: "Database", system: str, backend: str, version: str | N
         return {t: complete[0] for t in tables}
     chosen = {}
     for t in tables:
-        holding = [v for v in newest_first if t in by_version[v]]
-        if not holding:
+        holding_t = [v for v in newest_first if t in by_version[v]]
+        if not holding_t:
             raise E.NotCoveredError(
                 f"no {system}/{backend} version holds a {t} table", values={"table": t},
                 fix=f"see `modperf ls --system {system} --backend {backend}`")
-        chosen[t] = holding[0]
+        chosen[t] = holding_t[0]
     notes.append("no single version holds every table; each table uses its newest version: "
                  + ", ".join(f"{t} {v}" for t, v in chosen.items()))
     return chosen
 
 
-def _kernels_for(keyed, fields: Mapping[str, Any]) -> list[str]:  # noqa: ANN001
+def _kernels_for(keyed, fields: Mapping[str, Any]) -> list[str]:
     """Kernel sources of the table whose buckets agree with the fixed categorical fields."""
     names = keyed.key_names
     if "kernel_source" not in names:
@@ -255,7 +261,7 @@ def _kernels_for(keyed, fields: Mapping[str, Any]) -> list[str]:  # noqa: ANN001
 
 
 class _Estimator:
-    def __init__(self, db: "Database", *, model: str, system: str, backend: str, versions: Mapping[str, str],
+    def __init__(self, db: Database, *, model: str, system: str, backend: str, versions: Mapping[str, str],
                  dtypes: Mapping[str, str], kernel_sources: Mapping[str, str], allow_substitute: bool,
                  hidden: int, head_dim: int, native: int) -> None:
         self.db, self.model, self.system, self.backend = db, model, system, backend
@@ -298,7 +304,7 @@ class _Estimator:
             fixed[k] = v
         return fixed
 
-    def query(self, table: str, fields: dict[str, Any], name: str, *, vector: bool = False):  # noqa: ANN201
+    def query(self, table: str, fields: dict[str, Any], name: str, *, vector: bool = False):
         """One component query with the kernel policy; returns (Answer, Component)."""
         keyed = self.db.table(self.system, self.backend, self.versions[table], table)
         pinned = self.kernel_sources.get(table)
@@ -323,7 +329,7 @@ class _Estimator:
         return best, self._component(name, table, best)
 
     @staticmethod
-    def _component(name: str, table: str, answer: "Answer") -> Component:
+    def _component(name: str, table: str, answer: Answer) -> Component:
         return Component(name, table, answer.latency_ms, answer.kind, answer.fields.get("kernel_source"),
                          answer.native, answer.substitution, answer.version, answer.reused_from,
                          dict(answer.fields))
@@ -399,7 +405,7 @@ class _Estimator:
 
 
 def estimate(
-    db: "Database",
+    db: Database,
     *,
     model: str,
     system: str,
@@ -410,7 +416,7 @@ def estimate(
     batch: int,
     prefix: int = 0,
     version: str | None = None,
-    dtypes: Mapping[str, str] | None = None,
+    dtypes: Mapping[str, str | None] | None = None,  # a None value leaves that dtype unset
     kernel_sources: Mapping[str, str] | None = None,
     decode_mean: bool = False,
     allow_substitute: bool = False,
@@ -459,7 +465,8 @@ def estimate(
         decode = [est.layer(layer, n, "generation", tp, batch, isl, prefix, decode_kv) for layer, n in covered]
         tp_est = TpEstimate(tp, config.native_heads // tp, prefill, decode)
         if decode_mean:
-            total, kinds = 0.0, Counter()
+            total = 0.0
+            kinds: Counter[str] = Counter()
             for (layer, n), cost in zip(covered, decode):
                 mean, counts = est.decode_mean(layer, cost, tp, batch, isl, osl)
                 total += mean * n

@@ -147,7 +147,7 @@ class Grid:
 
     # -- building ------------------------------------------------------------------------
 
-    def _mesh(self) -> list[np.ndarray]:
+    def _mesh(self) -> tuple[np.ndarray, ...]:
         return np.meshgrid(*[v.astype(np.float64) for v in self.values], indexing="ij")
 
     def _fill(self, index: tuple[np.ndarray, ...], latency: np.ndarray) -> None:
@@ -410,6 +410,10 @@ class Grid:
         on_lattice: np.ndarray | None = None  # on a lattice value of every array axis
         scalar_off = False  # a scalar axis between lattice values: no point is exact
         scratch = None
+        # names shared by the scalar-axis and array-axis branches (and the weights of lerp)
+        xf: float | np.ndarray
+        i: int | np.ndarray
+        t: np.ndarray | float
         for a, x in enumerate(cols):
             vals = self.values[a]
             lo, hi = int(vals[0]), int(vals[-1])
@@ -530,7 +534,7 @@ class Grid:
 
         # beyond the range: the edge's answer scaled by the roofline ratio
         if outside is not None or all_outside:
-            sel = np.arange(n) if all_outside else np.flatnonzero(outside)
+            sel = np.arange(n) if all_outside or outside is None else np.flatnonzero(outside)
             at = [c[sel] if isinstance(c, np.ndarray) else c for c in cols]
             edge = [c[sel] if isinstance(c, np.ndarray) else c for c in clipped]
             r_at = np.asarray(self.roofline(at), dtype=np.float64)
@@ -550,7 +554,7 @@ class Grid:
         if lut is False:
             top = int(self.values[a][-1])
             lut = None
-            if 0 <= self.values[a][0] and top < _LUT_MAX:
+            if self.values[a][0] >= 0 and top < _LUT_MAX:
                 lut = (np.searchsorted(self.values[a], np.arange(top + 1), side="right") - 1).astype(np.intp)
             self._luts[a] = lut
         if lut is not None:

@@ -12,6 +12,7 @@ what it leaves out instead of silently dropping it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,8 +122,9 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
                 sched.layers.append(AttentionLayer("dsv4_csa", "DSV4 CSA (ratio 4)", "dsv4", "dsv4_csa_context_module",
                                                    "dsv4_csa_generation_module", native, (("compress_ratio", 4),)))
             elif r == 128:
-                sched.layers.append(AttentionLayer("dsv4_hca", "DSV4 HCA (ratio 128)", "dsv4", "dsv4_hca_context_module",
-                                                   "dsv4_hca_generation_module", native, (("compress_ratio", 128),)))
+                sched.layers.append(AttentionLayer("dsv4_hca", "DSV4 HCA (ratio 128)", "dsv4",
+                                                   "dsv4_hca_context_module", "dsv4_hca_generation_module", native,
+                                                   (("compress_ratio", 128),)))
             else:
                 sched.layers.append(_uncovered(f"DSV4 ratio {r} (sliding window only)", native,
                                                "no module table measures uncompressed sliding-window DSV4 layers"))
@@ -168,7 +170,8 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
         return sched
 
     # GQA family: full attention with optional sliding-window / chunked / linear / mamba layers
-    window = text.get("sliding_window") if isinstance(text.get("sliding_window"), int) else 0
+    sliding = text.get("sliding_window")
+    window = sliding if isinstance(sliding, int) else 0
     types = text.get("layer_types")
     hybrid = text.get("hybrid_override_pattern")
     mimo = text.get("hybrid_layer_pattern")
@@ -176,7 +179,13 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
         # Nemotron-H spells its blocks as a pattern ('*' attention, 'M' mamba, '-' mlp, 'E' moe),
         # Nemotron-3 Ultra/Lightning as a list of names; MLP and MoE blocks hold no attention.
         names = {"*": "attention", "M": "mamba"}
-        for block in (names.get(ch) for ch in hybrid) if isinstance(hybrid, str) else blocks:
+        block_kinds: Iterable[Any]
+        if isinstance(hybrid, str):
+            block_kinds = (names.get(ch) for ch in hybrid)
+        else:
+            assert isinstance(blocks, list)  # the other half of the condition above
+            block_kinds = blocks
+        for block in block_kinds:
             if block == "attention":
                 sched.layers.append(_gqa(native, kv, hd, 0, "GQA full"))
             elif block == "mamba":

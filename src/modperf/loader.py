@@ -274,8 +274,9 @@ class TableStore:
             return E.UnknownTableError(
                 f"no {table} table under {self.catalog.root}", values=values,
                 fix=(f"did you mean {', '.join(near)}? " if near else "") + "see `modperf ls --all`")
+        # nearest first: the same system and backend, then the same system, then the rest
         have = sorted({(str(r.system), str(r.backend), str(r.version)) for r in slots if r.table == table},
-                      key=lambda s: (s[0], s[1], version_key(s[2])))
+                      key=lambda s: (s[0] != system, s[1] != backend, s[0], s[1], version_key(s[2])))
         fix = "available: " + ", ".join(f"{s}/{b}/{v}" for s, b, v in have[:12]) + (" ..." if len(have) > 12 else "")
         for name, known in (("system", {s for s, _, _ in have}), ("backend", {b for _, b, _ in have})):
             value = values[name]

@@ -151,7 +151,7 @@ class ModelRegistry:
                     self._paths[model_id] = entry
 
     @classmethod
-    def default(cls, extra: Iterable[str | os.PathLike[str]] | None = None) -> "ModelRegistry":
+    def default(cls, extra: Iterable[str | os.PathLike[str]] | None = None) -> ModelRegistry:
         from .catalog import embedded_model_configs
 
         folders: list[Path] = [embedded_model_configs()]

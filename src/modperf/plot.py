@@ -131,8 +131,8 @@ def _plot_overview(report: CoverageReport, path: str | Path, tps: list[int]) -> 
     ci = {k: j for j, k in enumerate(cols)}
     for s in report.slots:
         for nc in s.natives:
-            cells = [nc.cell(t) for t in tps if nc.native % t == 0]
-            cells = [c for c in cells if c is not None]
+            found = [nc.cell(t) for t in tps if nc.native % t == 0]
+            cells = [c for c in found if c is not None]
             if cells:
                 share[ri[(s.ref.system, s.ref.backend, s.ref.version)], ci[(s.ref.table, nc.native)]] = \
                     sum(c.answerable for c in cells) / len(cells)
@@ -193,7 +193,8 @@ def plot_model(result: ModelCoverage, path: str | Path) -> Path:
     for spine in ax.spines.values():
         spine.set_visible(False)
     handles = [plt.Rectangle((0, 0), 1, 1, color=v) for v in colours.values()]
-    ax.legend(handles, ["measured for this native", "answerable via the local key", "not answerable", "tp does not divide"],
+    ax.legend(handles,
+              ["measured for this native", "answerable via the local key", "not answerable", "tp does not divide"],
               loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7, frameon=False)
     ax.set_title(f"{result.model} (native {result.native}): where each tp is answerable without substitution",
                  fontsize=9, pad=30)

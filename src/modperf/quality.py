@@ -214,7 +214,8 @@ class _Keys:
 
 def _neighbours(refs: Sequence[TableRef], i: int) -> list[int]:
     me = refs[i]
-    same = sorted((j for j, r in enumerate(refs) if r.backend == me.backend), key=lambda j: version_key(refs[j].version))
+    same = sorted((j for j, r in enumerate(refs) if r.backend == me.backend),
+                  key=lambda j: version_key(refs[j].version))
     pos = same.index(i)
     out = [same[p] for p in (pos - 1, pos + 1) if 0 <= p < len(same)]
     out += [j for j, r in enumerate(refs) if r.backend != me.backend]

@@ -88,7 +88,7 @@ class Latencies:
     kind: np.ndarray
     template: Answer  # the shared part (slot, native, group, files, models, substitution)
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self):
         return iter((self.latency_ms, self.kind))
 
 
@@ -116,7 +116,7 @@ class TableIndex:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def build(cls, keyed: KeyedTable) -> "TableIndex":
+    def build(cls, keyed: KeyedTable) -> TableIndex:
         names = keyed.key_names
         group_cols = [i for i, n in enumerate(names) if not (heads_is_axis(keyed) and n == HEADS)]
         groups: dict[tuple[Any, ...], list[int]] = {}
@@ -179,14 +179,14 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
     if not spec.head_axis:
         return Grid(axes, points, latency, work.shape_seconds, limit=EXTRAPOLATION_LIMIT)
     if "num_tokens" in pos:
-        pick = (pos["num_tokens"], None, None, pos.get(HEADS))
+        pick: tuple[int | None, int | None, int | None, int | None] = (pos["num_tokens"], None, None, pos.get(HEADS))
         constant = (1.0, 1.0, 0.0, fixed_heads)
     else:
         pick = (pos.get("batch_size"), pos.get("isl"), pos.get("step"), pos.get(HEADS))
         constant = (1.0, 1.0, 0.0, fixed_heads)
     seconds = work.seconds
 
-    def roofline(values):  # noqa: ANN001,ANN202  (floats or arrays, in grid axis order)
+    def roofline(values):  # floats or arrays, in grid axis order
         b, s, p, h = (values[i] if i is not None else c for i, c in zip(pick, constant))
         return seconds(b, s, p, h)
 
@@ -237,7 +237,8 @@ def _slot(fields: Mapping[str, Any]) -> tuple[str, str, str, str]:
         raise E.QueryFieldError(
             f"missing field(s) {', '.join(missing)}: a query names its table, system, backend and version",
             values={"missing": missing}, fix="see `modperf ls` for the slots the data root holds")
-    return tuple(str(fields[f]) for f in SLOT_FIELDS)  # type: ignore[return-value]
+    table, system, backend, version = (str(fields[f]) for f in SLOT_FIELDS)
+    return table, system, backend, version
 
 
 class QueryEngine:
@@ -257,7 +258,7 @@ class QueryEngine:
     def index(self, keyed: KeyedTable) -> TableIndex:
         key = (keyed.ref.path, keyed.ref.slot)
         index = self._indexes.get(key)
-        if index is None or index.keyed is not keyed and index.keyed.ref != keyed.ref:
+        if index is None or (index.keyed is not keyed and index.keyed.ref != keyed.ref):
             index = TableIndex.build(keyed)
             with self._lock:
                 self._indexes[key] = index
@@ -267,6 +268,7 @@ class QueryEngine:
 
     def query(self, fields: Mapping[str, Any]) -> Answer:
         axis_names = _AXIS_NAMES
+        plan_key: tuple[Any, ...] | None
         plan_key = tuple(sorted((k, v) for k, v in fields.items() if k not in axis_names))
         try:
             plan = self._plans.get(plan_key)
@@ -283,10 +285,11 @@ class QueryEngine:
             if extra:
                 self._plan(fields)  # raises the unknown-field error with the table's keys
         grid = plan.grid
-        point = []
+        point: list[int] = []
         keyed_help = None
         for name in plan.axis_fields:
             if name == HEADS:
+                assert plan.local is not None  # a single query's plan with a heads axis resolved it (_plan)
                 point.append(plan.local)
                 continue
             value = fields.get(name)
@@ -297,9 +300,7 @@ class QueryEngine:
                     raise E.QueryFieldError(
                         f"missing field {name!r}", values={"field": name, "table": plan.template.table},
                         fix=_field_help(keyed_help))
-            elif type(value) is not int:
-                value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
-            elif value < 0:
+            elif type(value) is not int or value < 0:
                 value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
             point.append(value)
         found = grid.lookup(point)
@@ -323,7 +324,7 @@ class QueryEngine:
             found.heads_used if found.heads_used else t.locals_used, t.files, t.models, resolved,
             t.requested_native, t.substitution, t.reused_from, t.reuse_reason, extrapolation)
 
-    def _refusal(self, plan: _Plan, point: list[int], found) -> E.OutOfCoverageError:  # noqa: ANN001
+    def _refusal(self, plan: _Plan, point: list[int], found) -> E.OutOfCoverageError:
         grid = plan.grid
         coords = dict(zip(grid.axes, point))
         nearest = grid.nearest_covered(point)
@@ -542,7 +543,7 @@ class QueryEngine:
                                 "(allow_substitute)")
         grid = index.grid(group, system)
         ref = keyed.ref
-        resolved_fields = {"table": table, "system": system, "backend": backend, "version": version}
+        resolved_fields: dict[str, Any] = {"table": table, "system": system, "backend": backend, "version": version}
         if model is not None:
             resolved_fields["model"] = str(model)
         if native_q is not None:

@@ -94,6 +94,19 @@ def read_table(
         raise _unreadable(path, exc) from exc
 
 
+def read_layout(path: Path) -> tuple[str, int | None]:
+    """(compression codec, largest row group) of a parquet file, so that a rewrite keeps them."""
+    try:
+        meta = pq.read_metadata(path)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _unreadable(path, exc) from exc
+    if not meta.num_row_groups:
+        return "zstd", None
+    codec = meta.row_group(0).column(0).compression
+    largest = max(meta.row_group(i).num_rows for i in range(meta.num_row_groups)) or None
+    return ("none" if codec == "UNCOMPRESSED" else codec.lower()), largest
+
+
 def read_row_count(path: Path) -> int:
     """Rows of a table file, from the parquet footer where there is one."""
     try:
@@ -104,4 +117,5 @@ def read_row_count(path: Path) -> int:
         raise _unreadable(path, exc) from exc
 
 
-__all__ = ["is_csv", "is_string_type", "read_row_count", "read_schema", "read_table", "stored_type"]
+__all__ = ["is_csv", "is_string_type", "read_layout", "read_row_count", "read_schema", "read_table",
+           "stored_type"]

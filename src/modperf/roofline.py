@@ -12,9 +12,9 @@ flops and bytes come from a small work model that each family declares with its 
 (``Family.work``, in ``modperf/families/``): per-token projection GEMMs (module tables),
 query-key pairs of the attention core (causal in context: each new token attends to the prefix
 and to the new tokens before it; capped by a sliding window or a sparse top-k) and the KV cache
-read. This module owns the GPU specs, the :class:`WorkModel` arithmetic and the default. GPU peaks come from the corpus's ``systems/{system}.yaml`` (the dtype's
-tensor-core peak and ``mem_bw``); a system without a spec file uses DEFAULT_GPU and the answer
-says so.
+read. This module owns the GPU specs, the :class:`WorkModel` arithmetic and the default. GPU
+peaks come from the corpus's ``systems/{system}.yaml`` (the dtype's tensor-core peak and
+``mem_bw``); a system without a spec file uses DEFAULT_GPU and the answer says so.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
 
             try:
                 folder = embedded_systems_dir()
-            except Exception:  # noqa: BLE001  (no embedded corpus: fall back to the default)
+            except Exception:  # no embedded corpus: fall back to the default
                 folder = None
         else:
             folder = Path(systems_dir)
@@ -119,7 +119,7 @@ class WorkModel:
     #: Bytes per element of a GEMM's operands (the gemm family: axes m, n, k).
     operand_bytes: float = 2.0
 
-    def shape_seconds(self, values):  # noqa: ANN001,ANN201  ((m, n, k) floats or arrays)
+    def shape_seconds(self, values):  # (m, n, k) floats or arrays
         """Roofline of a GEMM: 2mnk flops against reading A (m x k), B (k x n) and writing C."""
         m, n, k = values
         upper = np.maximum if any(isinstance(v, np.ndarray) for v in (m, n, k)) else max

@@ -23,10 +23,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from . import errors as E
 from .catalog import PARQUET_SUFFIX, resolve_data_root
+from .reader import read_schema, read_table
 
 
 def normalise_type(t: pa.DataType) -> pa.DataType:
@@ -78,11 +78,7 @@ def _schema_cached(table: str, root: str) -> CorpusSchema:
     typed: dict[tuple[tuple[str, str], ...], pa.Schema] = {}
     family_dirs: Counter[str] = Counter()
     for path in files:
-        try:
-            raw = pq.read_schema(path)
-        except (pa.ArrowException, OSError) as exc:
-            raise E.UnreadableTableError(f"cannot read the schema of a corpus file: {exc}", file=path,
-                                         fix="reinstall the corpus package") from exc
+        raw = read_schema(path)
         schema = pa.schema([pa.field(f.name, normalise_type(f.type)) for f in raw])
         key = tuple((f.name, str(f.type)) for f in schema)
         layouts[key] += 1
@@ -120,10 +116,10 @@ def column_evidence(table: str, column: str, framework: str,
     per_value: Counter[str] = Counter()
     files = 0
     for path in cs.files:
-        names = pq.read_schema(path).names
+        names = read_schema(path).names
         if column not in names or "framework" not in names:
             continue
-        t = pq.read_table(path, columns=["framework", column])
+        t = read_table(path, as_stored=True, columns=["framework", column])
         mask = pc.equal(t.column("framework"), framework)
         chosen = t.filter(mask).column(column)
         if len(chosen) == 0:

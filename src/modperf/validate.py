@@ -269,13 +269,13 @@ def validate_table(
         pairs = unique_codes(model.codes.astype(np.int64) * width + architecture.codes)
         for m_code, a_code in zip(pairs // width, pairs % width):
             name, arch = model.values[m_code], architecture.values[a_code]
-            cfg = configs.get(name)
-            if cfg is not None and cfg.architectures and arch not in cfg.architectures:
+            config = configs.get(name)
+            if config is not None and config.architectures and arch not in config.architectures:
                 rows = _rows((model.codes == m_code) & (architecture.codes == a_code))
                 out.add(E.ArchitectureMismatchError,
                         f"architecture {arch!r} does not match the config of {name}",
                         rows=rows, values={"model": name, "architecture": arch,
-                                           "config_architectures": list(cfg.architectures)},
+                                           "config_architectures": list(config.architectures)},
                         fix="correct the model column (the name may belong to another checkpoint) or the config")
 
     # -- latency values --------------------------------------------------------------------
@@ -308,11 +308,11 @@ def validate_table(
         stale_rows = _stale_fingerprint(out, model, version, integers, path, n)
     if native is not None and HEADS in integers and TP in integers and model is not None:
         heads, tp = integers[HEADS], integers[TP]
-        known = row_config_ok & (native > 0)
+        known_rows = row_config_ok & (native > 0)
         if family.tier is Tier.NATIVE:
-            _native_contract(out, model, heads, tp, native, known, integers.get("local_num_heads"))
+            _native_contract(out, model, heads, tp, native, known_rows, integers.get("local_num_heads"))
         else:
-            bad = known & ~stale_rows & (tp > 1) & (heads * tp != native)
+            bad = known_rows & ~stale_rows & (tp > 1) & (heads * tp != native)
             if bad.any():
                 _report_by_model(
                     out, E.RankLocalError, bad, model, heads, tp, native,

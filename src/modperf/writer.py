@@ -27,8 +27,8 @@ stale fingerprint for tables whose native comes from ``num_heads * tp_size``), t
 ``{root}/{system}/{family_dir}/{backend}/{version}/{table}_perf.parquet`` in the corpus schema
 (:mod:`modperf.schema`) and merges the table's entry into the folder's
 ``collection_meta.yaml``, each atomically (:mod:`modperf.atomic`). The parquet file is read
-back through the strict loader once, as the temporary file, before it takes its name. Leaving a ``with`` block through an
-exception writes nothing.
+back through the strict loader once, as the temporary file, before it takes its name. Leaving a
+``with`` block through an exception writes nothing.
 
 Collectors in other languages write the same layout themselves and gate it with
 ``modperf check FILE``.
@@ -49,8 +49,8 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from . import __version__
 from . import errors as E
+from ._meta import __version__
 from .atomic import parquet_writer, stage, text_writer
 from .catalog import PARQUET_SUFFIX, TableRef
 from .families import Tier, family_of
@@ -185,7 +185,7 @@ class TableWriter:
     # -- checks ---------------------------------------------------------------------------
 
     def _fail(self, cls: type[E.ModperfError], message: str, row: int | None, **kwargs: Any) -> E.ModperfError:
-        where = {"rows": [row]} if row is not None else {}
+        where: dict[str, Any] = {"rows": [row]} if row is not None else {}
         return cls(message, file=self.path, **where, **kwargs)
 
     def _check_value(self, name: str, value: Any, row: int | None) -> None:
@@ -212,10 +212,10 @@ class TableWriter:
             if value < 0:
                 raise self._fail(E.MeasurementValueError, f"{name!r} must be >= 0", row,
                                  values={"column": name, "value": int(value)}, fix=f"check the {name} value")
-        elif pa.types.is_floating(t) and name != LATENCY:
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-                raise self._fail(E.MeasurementValueError, f"{name!r} must be a number", row,
-                                 values={"column": name, "value": repr(value)}, fix=f"pass {name} as a float")
+        elif pa.types.is_floating(t) and name != LATENCY and (
+                isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))):
+            raise self._fail(E.MeasurementValueError, f"{name!r} must be a number", row,
+                             values={"column": name, "value": repr(value)}, fix=f"pass {name} as a float")
 
     def _check_latency(self, latency: Any, row_values: Mapping[str, Any], row: int) -> float:
         if isinstance(latency, bool) or not isinstance(latency, (int, float, np.integer, np.floating)):
@@ -371,7 +371,8 @@ class TableWriter:
                 raise E.SidecarConflictError(f"cannot parse {SIDECAR}: {exc}", file=path,
                                              fix="repair the YAML, or move it away") from exc
             doc = loaded if isinstance(loaded, dict) else {}
-        runtime = doc.get("runtime") if isinstance(doc.get("runtime"), dict) else {}
+        runtime_doc = doc.get("runtime")
+        runtime = runtime_doc if isinstance(runtime_doc, dict) else {}
         for key, mine in (("framework", self.backend), ("version", self.version)):
             theirs = runtime.get(key)
             if theirs is not None and str(theirs) != mine:
@@ -383,9 +384,10 @@ class TableWriter:
         doc.setdefault("schema_version", 1)
         doc.setdefault("provenance", "collected")
         doc["runtime"] = {**runtime, "framework": self.backend, "version": self.version}
-        tables = doc.get("tables") if isinstance(doc.get("tables"), dict) else {}
+        tables_doc = doc.get("tables")
+        tables = tables_doc if isinstance(tables_doc, dict) else {}
         entry = {
-            "collected_at": _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
+            "collected_at": _dt.datetime.now(_dt.UTC).date().isoformat(),
             **dict(self.collection),
             "rows": rows,
             "status": self.status,
@@ -438,7 +440,7 @@ class TableWriter:
                                   keyed.natives, keyed.models, time.perf_counter() - start)
         return self.result
 
-    def __enter__(self) -> "TableWriter":
+    def __enter__(self) -> TableWriter:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

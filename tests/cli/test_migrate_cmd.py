@@ -10,19 +10,18 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from tests.helpers import CSA_CTX, TWIN_DIR, snapshot
 from typer.testing import CliRunner
 
 from modperf.atomic import temp_files
 from modperf.cli import app
-from tests.helpers import CSA_CTX, TWIN_DIR, snapshot
-
 
 runner = CliRunner()
 
 
 
 
-def run(*args: str):  # noqa: ANN201
+def run(*args: str):
     result = runner.invoke(app, ["migrate", *args])
     assert "Traceback" not in result.stdout + result.stderr
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
@@ -113,10 +112,10 @@ def test_truncated_file_is_reported_not_raised(stale: Path) -> None:
     assert result.exit_code == 1 and "unreadable" in result.stdout and "truncated" in result.stdout
 
 
-def test_write_failing_midway(stale: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_write_failing_midway(stale: Path, monkeypatch) -> None:
     before = snapshot(stale)
 
-    def disk_full(table, where, **kwargs):  # noqa: ANN001, ANN003
+    def disk_full(table, where, **kwargs):
         where.write(b"PAR1" + b"\0" * 2048)
         raise OSError(28, "No space left on device")
 

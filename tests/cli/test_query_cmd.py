@@ -47,7 +47,7 @@ def test_errors_exit_with_their_code_and_no_traceback() -> None:
     assert dangling.exit_code == 2 and "--isl needs a value" in dangling.stderr
 
 
-def test_batch_keeps_going_past_bad_lines(tmp_path) -> None:  # noqa: ANN001
+def test_batch_keeps_going_past_bad_lines(tmp_path) -> None:
     lines = [
         json.dumps({**LINE, "model": "moonshotai/Kimi-K3", "tp_size": 3}),
         "this is not json",

@@ -13,7 +13,7 @@ app = typer.Typer(
 )
 
 # Each module registers its commands on ``app``.
-from . import (  # noqa: E402,F401
+from . import (  # noqa: E402,F401  (imported after app exists, for their command registration)
     check_cmd,
     coverage_cmd,
     dedupe_cmd,

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -61,7 +61,7 @@ UNBOUNDED_WIDTH = 100_000
 def _fit_width() -> None:
     """Terminals get their own width; anything else gets tables at full width, never cut."""
     for c in (console, err_console):
-        c.width = None if c.is_terminal else UNBOUNDED_WIDTH  # type: ignore[assignment]
+        c.width = None if c.is_terminal else UNBOUNDED_WIDTH  # type: ignore[assignment]  # rich: None = auto-detect
 
 
 @contextmanager
@@ -109,7 +109,7 @@ def handles_errors(fn: F) -> F:
                 "(set MODPERF_DEBUG=1 for the traceback, and please report it)", soft_wrap=True)
             raise typer.Exit(3) from None
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
 
 
 def paths_or_none(paths: list[Path] | None) -> list[str] | None:

@@ -42,13 +42,15 @@ def print_quality(report: QualityReport, shown: int = 10, tables_shown: int = 40
             grid.add_row(short_label(f.ref), compact_key(x.bucket), _point(x.point), f"{x.latency:,.4g}", others,
                          f"{x.ratio:,.0f}x" + (" (corroborated)" if x.detail.get("corroborated") else ""))
         console.print(grid)
-    spikes = sorted(((x, f) for f in report.files for x in f.findings if x.kind == "spike"), key=lambda xf: -xf[0].ratio)
+    spikes = sorted(((x, f) for f in report.files for x in f.findings if x.kind == "spike"),
+                    key=lambda xf: -xf[0].ratio)
     if spikes:
         grid = Table(title=f"largest isolated spikes (> {th.spike_factor:g}x both neighbours)")
         for col in ("table", "bucket", "point", "ms", "neighbour ms", "ratio"):
             grid.add_column(col, overflow="fold")
         for x, f in spikes[:shown]:
-            grid.add_row(short_label(f.ref), compact_key(x.bucket), _point(x.point), f"{x.latency:,.4g}", f"{x.reference:,.4g}",
+            grid.add_row(short_label(f.ref), compact_key(x.bucket), _point(x.point), f"{x.latency:,.4g}",
+                         f"{x.reference:,.4g}",
                          f"{x.ratio:,.1f}x")
         console.print(grid)
     t = report.totals()

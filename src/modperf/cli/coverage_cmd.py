@@ -61,7 +61,8 @@ def print_matrix(report: CoverageReport, tps: list[int]) -> None:
         grid.add_column(f"tp{t}", justify="right", no_wrap=True)
     grid.add_column("notes", overflow="fold")
     for s in report.slots:
-        version = s.ref.version + (f" ←{s.ref.reuse.from_version}" if s.ref.reuse else "")
+        # a table file outside the standard layout has no version (blank, like its system and backend)
+        version = (s.ref.version or "") + (f" ←{s.ref.reuse.from_version}" if s.ref.reuse else "")
         if not s.ok:
             grid.add_row(s.ref.system, s.ref.backend, version, s.ref.table, "", "", *[""] * len(tps),
                          f"[red]failed to load ({len(s.failures)} failures)[/]")
@@ -120,7 +121,7 @@ def print_model(result: ModelCoverage) -> None:
                 cells.append(f"[{colour}]✓ {short_count(c.points)} {c.via}[/]")
             else:
                 cells.append("[red]✗[/]")
-        version = a.ref.version + (f" ←{a.ref.reuse.from_version}" if a.ref.reuse else "")
+        version = (a.ref.version or "") + (f" ←{a.ref.reuse.from_version}" if a.ref.reuse else "")
         grid.add_row(a.ref.system, a.ref.backend, version, a.ref.table, a.match, *cells)
     console.print(grid)
     summary = result.summary()
@@ -141,8 +142,8 @@ def coverage_command(
     backend: Annotated[str | None, typer.Option("--backend", help="Only this backend.")] = None,
     version: Annotated[str | None, typer.Option("--version", help="Only this backend version.")] = None,
     table: TableOpt = None,
-    diff: Annotated[tuple[str, str] | None, typer.Option("--diff", metavar="V1 V2",
-                                                         help="What moving from version V1 to V2 gains and loses.")] = None,
+    diff: Annotated[tuple[str, str] | None, typer.Option(
+        "--diff", metavar="V1 V2", help="What moving from version V1 to V2 gains and loses.")] = None,
     model: Annotated[str | None, typer.Option("--model", metavar="ID",
                                               help="Where this model is answerable without substitution.")] = None,
     tp: Annotated[str | None, typer.Option("--tp", help="tp sizes, e.g. 1,2,4,8 (with --model; default 1,2,4,8; "

@@ -60,7 +60,8 @@ def print_report(report: DedupeReport) -> None:
         for col in ("table", "kind", "key", "spread", "latencies (ms)"):
             over.add_column(col, overflow="fold")
         for o, f in worst[:5]:
-            lat = "\n".join(f"{m.split('/')[-1] or '-'}: {', '.join(f'{x:g}' for x in v)}" for m, v in o.latencies.items())
+            lat = "\n".join(f"{m.split('/')[-1] or '-'}: {', '.join(f'{x:g}' for x in v)}"
+                            for m, v in o.latencies.items())
             over.add_row(short_label(f.ref), o.kind, compact_key(o.key), _pct(o.rel_diff), lat)
         console.print(over)
     written = [f for f in report.files if f.written is not None]
@@ -82,9 +83,9 @@ def print_report(report: DedupeReport) -> None:
         f"{t['files_with_aliases']} tables hold alias groups; {t['over_tolerance_keys']:,} identities spread over "
         f"{tol}; {report.seconds:.1f} s"
         + ("" if report.ok else f": [red]{t['files_failed']} table(s) failed[/]"))
-    console.print("identity = table, native (+ module geometry), categorical keys, num_heads, axes; spread = max/min - 1 "
-                  "between measurements of one identity; canonical = most identities, most rows, shortest id, "
-                  "alphabetical (--prefer overrides)", style="dim")
+    console.print("identity = table, native (+ module geometry), categorical keys, num_heads, axes; "
+                  "spread = max/min - 1 between measurements of one identity; "
+                  "canonical = most identities, most rows, shortest id, alphabetical (--prefer overrides)", style="dim")
 
 
 @app.command("dedupe")
@@ -98,7 +99,8 @@ def dedupe_command(
                                              "identity is listed.")] = DEFAULT_TOLERANCE,
     prefer: Annotated[list[str] | None, typer.Option("--prefer", metavar="MODEL", help="Canonical name to use when it "
                                                      "is in an alias group (repeatable, first wins).")] = None,
-    examples: Annotated[int, typer.Option("--examples", help="Over-tolerance identities listed per table, widest first (0 = all).")] = DEFAULT_EXAMPLES,
+    examples: Annotated[int, typer.Option(
+        "--examples", help="Over-tolerance identities listed per table, widest first (0 = all).")] = DEFAULT_EXAMPLES,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,

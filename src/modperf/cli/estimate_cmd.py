@@ -46,7 +46,7 @@ def print_estimate(est: Estimate) -> None:
     for t in est.tps:
         grid.add_column(f"tp={t.tp}", justify="right", no_wrap=True)
 
-    def row(label: str, cell) -> None:  # noqa: ANN001
+    def row(label: str, cell) -> None:
         grid.add_row(escape(label), *[cell(t) for t in est.tps])
 
     row("local heads", lambda t: str(t.local_heads))
@@ -91,16 +91,19 @@ def estimate_command(
     osl: Annotated[int, typer.Option("--osl", help="Output tokens per sequence.")],
     batch: Annotated[int, typer.Option("--batch", help="Sequences per batch.")],
     tp: Annotated[str, typer.Option("--tp", help="Comma-separated tensor-parallel sizes.")] = "1,2,4,8",
-    version: Annotated[str | None, typer.Option("--version", help="Backend version (default: newest that covers the model).")] = None,
+    version: Annotated[str | None, typer.Option(
+        "--version", help="Backend version (default: newest that covers the model).")] = None,
     prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens before the prompt.")] = 0,
     kv_cache_dtype: Annotated[str | None, typer.Option("--kv-cache-dtype")] = None,
     attn_dtype: Annotated[str | None, typer.Option("--attn-dtype")] = None,
     mla_dtype: Annotated[str | None, typer.Option("--mla-dtype")] = None,
     gemm_type: Annotated[str | None, typer.Option("--gemm-type", help="Module projection dtype.")] = None,
     gemm_dtype: Annotated[str | None, typer.Option("--gemm-dtype", help="GQA projection GEMM dtype.")] = None,
-    kernel_source: Annotated[list[str] | None, typer.Option("--kernel-source", help="Pin a kernel: TABLE=KERNEL (repeatable).")] = None,
+    kernel_source: Annotated[list[str] | None, typer.Option(
+        "--kernel-source", help="Pin a kernel: TABLE=KERNEL (repeatable).")] = None,
     decode_mean: Annotated[bool, typer.Option("--decode-mean", help="Also the mean over every decode step.")] = False,
-    allow_substitute: Annotated[bool, typer.Option("--allow-substitute", help="Answer a missing native from the nearest one, flagged.")] = False,
+    allow_substitute: Annotated[bool, typer.Option(
+        "--allow-substitute", help="Answer a missing native from the nearest one, flagged.")] = False,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,

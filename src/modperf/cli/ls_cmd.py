@@ -18,8 +18,10 @@ def ls_command(
     system: Annotated[str | None, typer.Option("--system", help="Only this system (e.g. h200_sxm).")] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Only this backend (sglang, vllm, trtllm).")] = None,
     version: Annotated[str | None, typer.Option("--version", help="Only this backend version.")] = None,
-    table: Annotated[str | None, typer.Option("--table", help="Only this table stem (e.g. mla_context_module).")] = None,
-    all_tables: Annotated[bool, typer.Option("--all", help="Include tables that carry no head axis (gemm, moe, ...).")] = False,
+    table: Annotated[str | None, typer.Option(
+        "--table", help="Only this table stem (e.g. mla_context_module).")] = None,
+    all_tables: Annotated[bool, typer.Option(
+        "--all", help="Include tables that carry no head axis (gemm, moe, ...).")] = False,
     data_root: DataRootOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -15,7 +15,7 @@ from . import app
 from ._common import JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
 
 
-def _heads_change(group) -> str:  # noqa: ANN001
+def _heads_change(group) -> str:
     before = ",".join(map(str, group.num_heads_before)) or "(none)"
     if not group.num_heads_after:
         return before
@@ -40,7 +40,8 @@ def _print_plan(plan: FilePlan) -> None:
                          ",".join(map(str, g.tp_sizes)), _heads_change(g), status)
         console.print(grid)
     for column, how in plan.filled.items():
-        console.print(f"    fills {column} = {escape(repr(how['value']))}: {escape(str(how['source']))}", soft_wrap=True)
+        console.print(f"    fills {column} = {escape(repr(how['value']))}: {escape(str(how['source']))}",
+                      soft_wrap=True)
     if plan.target is not None and plan.action != REFUSED:
         verb = "wrote" if plan.written else "target"
         console.print(f"    {verb}: {escape(str(plan.target))}", soft_wrap=True)

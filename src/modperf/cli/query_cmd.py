@@ -50,7 +50,7 @@ def _open_batch(path: str) -> IO[str]:
     if path == "-":
         return sys.stdin
     try:
-        return open(path, encoding="utf-8")  # noqa: SIM115  (closed by the caller)
+        return open(path, encoding="utf-8")  # closed by the caller
     except OSError as exc:
         raise E.QueryFieldError(f"cannot read batch file: {exc.strerror}", file=path,
                                 fix="pass a file of JSON lines, or - for stdin") from exc
@@ -89,16 +89,23 @@ def print_answer(answer: dict[str, Any]) -> None:
 @handles_errors
 def query_command(
     ctx: typer.Context,
-    table: Annotated[str | None, typer.Argument(help="Table stem, e.g. mla_context_module.", show_default=False)] = None,
+    table: Annotated[str | None, typer.Argument(
+        help="Table stem, e.g. mla_context_module.", show_default=False)] = None,
     system: Annotated[str | None, typer.Option("--system", help="System, e.g. h200_sxm.")] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Backend: sglang, vllm, trtllm.")] = None,
     version: Annotated[str | None, typer.Option("--version", help="Backend version folder.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="HF model id; its native heads come from its config.")] = None,
-    native_heads: Annotated[int | None, typer.Option("--native-heads", help="Native head count (instead of --model).")] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="HF model id; its native heads come from its config.")] = None,
+    native_heads: Annotated[int | None, typer.Option(
+        "--native-heads", help="Native head count (instead of --model).")] = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel size: local heads = native / tp.")] = None,
-    num_heads: Annotated[int | None, typer.Option("--num-heads", help="Rank-local heads, directly (instead of --tp).")] = None,
-    allow_substitute: Annotated[bool, typer.Option("--allow-substitute", help="Answer an unmeasured native from the nearest one (the answer says so).")] = False,
-    batch: Annotated[str | None, typer.Option("--batch", help="JSON-lines file of queries (- for stdin); writes one JSON line per query.")] = None,
+    num_heads: Annotated[int | None, typer.Option(
+        "--num-heads", help="Rank-local heads, directly (instead of --tp).")] = None,
+    allow_substitute: Annotated[bool, typer.Option(
+        "--allow-substitute",
+        help="Answer an unmeasured native from the nearest one (the answer says so).")] = False,
+    batch: Annotated[str | None, typer.Option(
+        "--batch", help="JSON-lines file of queries (- for stdin); writes one JSON line per query.")] = None,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,

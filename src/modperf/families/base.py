@@ -20,7 +20,7 @@ from ..models import ConfigField
 from ..roofline import GpuSpec, WorkFn, WorkModel, default_work
 
 
-class Tier(str, enum.Enum):
+class Tier(str, enum.Enum):  # noqa: UP042  (StrEnum would change str() and format() of members)
     """How a family keys its head axis."""
 
     #: The local key (local heads, kv heads, head_dim, window...) fully determines the
@@ -33,7 +33,7 @@ class Tier(str, enum.Enum):
     NATIVE = "native"
 
 
-class NativeSource(str, enum.Enum):
+class NativeSource(str, enum.Enum):  # noqa: UP042  (StrEnum would change str() and format() of members)
     MODEL_CONFIG = "model_config"  # num_attention_heads of the row's model
     HEADS_TIMES_TP = "num_heads*tp_size"  # tables without a model column, where tp is recorded
     NONE = "none"  # no tp_size and no model: native is not recorded (local-only tier)

@@ -46,7 +46,8 @@ def dsv4_work(table: str, phase: str, key: Mapping[str, Any], geometry: Mapping[
     ratio = float(key.get("compress_ratio") or 1) or 1.0
     topk = geo(geometry, "index_topk", 2048)
     if "logits" in table or "topk" in table:
-        return WorkModel(pair_flops_shared=2.0 * geo(geometry, "index_n_heads", 64) * geo(geometry, "index_head_dim", 128),
+        return WorkModel(pair_flops_shared=2.0 * geo(geometry, "index_n_heads", 64)
+                         * geo(geometry, "index_head_dim", 128),
                          kv_bytes_per_token=geo(geometry, "index_head_dim", 128) * kv_b, compress=ratio, **common)
     o_lora, o_groups = geo(geometry, "o_lora_rank", 1024), geo(geometry, "o_groups", 8)
     proj_shared = hidden * q_lora + hidden * d + o_groups * o_lora * hidden / max(o_groups, 1)

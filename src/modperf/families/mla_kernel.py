@@ -72,6 +72,7 @@ MLA_KERNEL = register(
             "whole table; no model variable outside the key changes the launch"
         ),
         work=mla_kernel_work,
-        notes={"kernel_dims": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}},
+        notes={"kernel_dims": {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                               "v_head_dim": 128}},
     )
 )

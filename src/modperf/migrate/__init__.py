@@ -37,6 +37,7 @@ The package splits by concern: :mod:`.plan` (what a plan is), :mod:`.stale` and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -49,7 +50,7 @@ from ..catalog import PARQUET_SUFFIX, TableRef, refs_for_paths
 from ..families import Family, Tier, family_of, head_bearing_tables
 from ..families.base import HEADS, MODEL, TP
 from ..models import ModelRegistry
-from ..reader import read_row_count, read_table
+from ..reader import read_layout, read_row_count, read_table
 from ..schema import corpus_schema
 from ..validate import validate_table
 from .execute import execute_plan, verify_written
@@ -130,10 +131,8 @@ def plan_file(ref: TableRef, registry: ModelRegistry, *, model: str | None = Non
     if family.tier is Tier.NATIVE:
         plan.pattern = NATIVE_KEYED
         plan.notes.append("native-keyed by contract (num_heads is the native count): never migrated")
-        try:
+        with contextlib.suppress(E.UnreadableTableError):
             plan.rows = read_row_count(ref.path) if ref.format == "parquet" else 0
-        except E.UnreadableTableError:
-            pass
         return plan
     try:
         cs = corpus_schema(ref.table, data_root)
@@ -142,13 +141,7 @@ def plan_file(ref: TableRef, registry: ModelRegistry, *, model: str | None = Non
         slim = (MODEL, "version", HEADS, TP) if ref.format == "parquet" else None
         table = read_table(ref.path, as_stored=True, csv_types=types, columns=slim)
         if ref.format == "parquet":
-            import pyarrow.parquet as pq
-
-            meta = pq.read_metadata(ref.path)
-            if meta.num_row_groups:
-                codec = meta.row_group(0).column(0).compression
-                plan.compression = "none" if codec == "UNCOMPRESSED" else codec.lower()
-                plan.row_group_size = max(meta.row_group(i).num_rows for i in range(meta.num_row_groups)) or None
+            plan.compression, plan.row_group_size = read_layout(ref.path)
     except (E.ModperfError, pa.ArrowException, OSError) as exc:
         if not isinstance(exc, E.ModperfError):
             exc = E.UnreadableTableError(f"cannot read table metadata: {exc}", file=ref.path,

@@ -5,7 +5,7 @@ divide are refused, and the whole file is left untouched."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -62,6 +62,8 @@ def _classify(heads: np.ndarray, tp: np.ndarray, native: int) -> Classification:
 def _groups(table: pa.Table, forced_model: str | None) -> tuple[np.ndarray, list[tuple[str | None, str | None]]]:
     """Group id per row and (model, version) per group, in order of first appearance."""
     n = table.num_rows
+    m_values: Sequence[str | None]  # [None] when the column is absent (and no model is forced)
+    v_values: Sequence[str | None]
     if MODEL in table.column_names:
         m_codes, m_values = strings(table.column(MODEL))
     else:
@@ -91,9 +93,10 @@ def _refusal_errors(plan: FilePlan, refused: list[tuple[GroupPlan, type[E.Modper
     for cls, members in by_kind.items():
         gs = [g for g, _ in members]
         rows = np.sort(np.concatenate([r for _, r in members]))
-        what = {E.PartlyStaleError: "partly stale group(s)",
-                E.HeadsNotDivisibleError: "group(s) whose native does not divide by tp_size"}.get(
-            cls, "group(s) that show neither the stale pattern nor rank-local heads")
+        what_by_kind: dict[type[E.ModperfError], str] = {
+            E.PartlyStaleError: "partly stale group(s)",
+            E.HeadsNotDivisibleError: "group(s) whose native does not divide by tp_size"}
+        what = what_by_kind.get(cls, "group(s) that show neither the stale pattern nor rank-local heads")
         plan.refuse(cls(
             f"{len(gs)} {what}; the file is left untouched (nothing is guessed)",
             file=plan.source, rows=rows[: E.ROWS_SHOWN].tolist(), row_count=int(rows.size),

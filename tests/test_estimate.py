@@ -29,8 +29,9 @@ def test_mla_model_sums_its_layer_queries(db):
                    isl=2048, osl=512, batch=8)
     assert est.versions == {"mla_context_module": "0.24.0", "mla_generation_module": "0.24.0"}
     assert [layer.label for layer, _ in est.schedule.groups()] == ["MLA"]
+    # gemm_type follows the checkpoint (fp8_block); the other dtypes default to bfloat16
     slot = dict(system="h200_sxm", backend="vllm", version="0.24.0", model="deepseek-ai/DeepSeek-V3",
-                mla_dtype="bfloat16", kv_cache_dtype="bfloat16", gemm_type="bfloat16")
+                mla_dtype="bfloat16", kv_cache_dtype="bfloat16", gemm_type="fp8_block")
     for tp_est in est.tps:
         ctx = fastest(db, ["FLASH_ATTN", "FLASH_ATTN_MLA"], table="mla_context_module", **slot, tp_size=tp_est.tp,
                       batch_size=8, isl=2048, step=0)
@@ -38,6 +39,7 @@ def test_mla_model_sums_its_layer_queries(db):
         assert tp_est.prefill_ms == pytest.approx(61 * ctx.latency_ms, rel=1e-12)
         assert tp_est.decode_ms == pytest.approx(61 * gen.latency_ms, rel=1e-12)
         assert tp_est.prefill[0].components[0].kernel_source == ctx.fields["kernel_source"]
+        assert tp_est.prefill[0].components[0].fields["gemm_type"] == "fp8_block"
         assert tp_est.kinds("prefill") == {"exact": 61, "interpolated": 0, "extrapolated": 0}
         assert tp_est.kinds("decode") == {"exact": 0, "interpolated": 61, "extrapolated": 0}  # kv 2304 is off-grid
     assert est.tps[0].local_heads == 128 and est.tps[1].local_heads == 16
@@ -133,7 +135,7 @@ def test_decode_mean_is_the_mean_of_the_steps(db):
     steps = [db.query(table="mla_generation_module", system="h200_sxm", backend="vllm", version="0.24.0",
                       model="deepseek-ai/DeepSeek-V3", tp_size=4, batch_size=16, step=s,
                       kernel_source=gen.kernel_source, mla_dtype="bfloat16", kv_cache_dtype="bfloat16",
-                      gemm_type="bfloat16").latency_ms for s in range(100, 109)]
+                      gemm_type="fp8_block").latency_ms for s in range(100, 109)]
     assert est.tps[0].decode_mean_ms == pytest.approx(61 * float(np.mean(steps)), rel=1e-9)
     assert est.tps[0].decode_mean_kinds == {"exact": 0, "interpolated": 61 * 9, "extrapolated": 0}
     assert est.decode_kv == 104

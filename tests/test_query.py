@@ -16,8 +16,13 @@ import modperf
 from modperf import errors as E
 from modperf.interp import CURVATURES, curve
 
+# gemm_type is left to the model's checkpoint (modperf.resolve): Kimi-K3's dense layers are
+# bfloat16, DeepSeek-V3's fp8_block
 GB300 = dict(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0",
-             kernel_source="FLASH_ATTN", mla_dtype="bfloat16", kv_cache_dtype="bfloat16", gemm_type="bfloat16")
+             kernel_source="FLASH_ATTN", mla_dtype="bfloat16", kv_cache_dtype="bfloat16")
+K3_ROWS = dict(GB300, gemm_type="bfloat16")
+DSV3_TP4_FP8_BLOCK = 0.6848  # the stored row (the test also reads it from the file)
+V3_ROWS = dict(GB300, gemm_type="fp8_block")
 GQA_GEN = dict(table="generation_attention", system="h200_sxm", backend="vllm", version="0.24.0",
                kernel_source="vllm_flash_attn_fa3", attn_dtype="bfloat16", kv_cache_dtype="bfloat16",
                num_key_value_heads=8, head_dim=128, window_size=0, beam_width=1)
@@ -40,10 +45,13 @@ def test_gb300_answers_kimi_k3_and_deepseek_v3_from_their_own_buckets(db: modper
     dsv3 = db.query(**GB300, model="deepseek-ai/DeepSeek-V3", tp_size=4, batch_size=4, isl=2048)
     assert (kimi.native, kimi.local, kimi.kind, kimi.models) == (96, 32, "exact", ("moonshotai/Kimi-K3",))
     assert (dsv3.native, dsv3.local, dsv3.kind, dsv3.models) == (128, 32, "exact", ("deepseek-ai/DeepSeek-V3",))
-    assert [kimi.latency_ms] == stored(db, GB300, model="moonshotai/Kimi-K3", num_heads=32, batch_size=4, isl=2048)
-    assert [dsv3.latency_ms] == stored(db, GB300, model="deepseek-ai/DeepSeek-V3", num_heads=32, batch_size=4,
+    assert [kimi.latency_ms] == stored(db, K3_ROWS, model="moonshotai/Kimi-K3", num_heads=32, batch_size=4,
                                        isl=2048)
-    assert kimi.latency_ms == 0.7945 and dsv3.latency_ms == 0.7654
+    assert [dsv3.latency_ms] == stored(db, V3_ROWS, model="deepseek-ai/DeepSeek-V3", num_heads=32, batch_size=4,
+                                       isl=2048)
+    assert kimi.latency_ms == 0.7945 and dsv3.latency_ms == DSV3_TP4_FP8_BLOCK
+    assert (kimi.fields["gemm_type"], dsv3.fields["gemm_type"]) == ("bfloat16", "fp8_block")
+    assert "fp8_block" in dsv3.derived["gemm_type"] and "weight_block_size [128, 128]" in dsv3.derived["gemm_type"]
 
 
 @settings(max_examples=40, deadline=None)
@@ -53,8 +61,11 @@ def test_exact_hits_are_the_stored_values(db: modperf.Database, row: int) -> Non
     r = {k: v[0] for k, v in pq.read_table(path).slice(row, 1).to_pydict().items()}
     key = {k: r[k] for k in ("op_name", "kernel_source", "mla_dtype", "kv_cache_dtype", "gemm_type", "batch_size",
                              "isl", "step")}
+    # every GEMM dtype the table measured: asked by native head count (a model id would fix the
+    # dtype its checkpoint stores)
+    native = db.models.get(r["model"]).native_heads
     answer = db.query(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0",
-                      model=r["model"], num_heads=r["num_heads"], **key)
+                      native_heads=native, num_heads=r["num_heads"], **key)
     assert answer.kind == "exact"
     assert answer.latency_ms == r["latency"]
 
@@ -135,18 +146,20 @@ def test_extrapolation_is_labelled_and_limited(db: modperf.Database) -> None:
 
 def test_missing_native_is_refused_naming_the_natives_present(db: modperf.Database) -> None:
     with pytest.raises(E.NotCoveredError) as info:
-        db.query(**GB300, native_heads=64, tp_size=8, batch_size=4, isl=1024)
+        db.query(**K3_ROWS, native_heads=64, tp_size=8, batch_size=4, isl=1024)
     assert info.value.values["natives_present"] == [96, 128]
     assert "has no native-64 bucket for this key; it holds native head counts 96, 128" in str(info.value)
     assert "allow_substitute=True (--allow-substitute) to answer from the nearest (96)" in str(info.value)
 
 
 def test_substitution_takes_the_nearest_native_and_says_so(db: modperf.Database) -> None:
-    answer = db.query(**GB300, native_heads=64, tp_size=8, batch_size=4, isl=1024, allow_substitute=True)
+    answer = db.query(**K3_ROWS, native_heads=64, tp_size=8, batch_size=4, isl=1024, allow_substitute=True)
     assert (answer.requested_native, answer.native, answer.local) == (64, 96, 8)
     assert answer.substitution == ("native 64 is not measured in this table; answered from the nearest native "
                                    "bucket, 96 (allow_substitute)")
-    assert [answer.latency_ms] == stored(db, GB300, model="moonshotai/Kimi-K3", num_heads=8, batch_size=4, isl=1024)
+    assert [answer.latency_ms] == stored(db, K3_ROWS, model="moonshotai/Kimi-K3", num_heads=8, batch_size=4,
+                                         isl=1024)
+    assert answer.substituted_from == 96
 
 
 def test_tp_that_does_not_divide_native_is_an_error(db: modperf.Database) -> None:
@@ -157,24 +170,24 @@ def test_tp_that_does_not_divide_native_is_an_error(db: modperf.Database) -> Non
 def test_unknown_and_missing_fields_list_the_key_columns(db: modperf.Database) -> None:
     keys = ("mla_context_module keys: op_name, kernel_source, mla_dtype, kv_cache_dtype, gemm_type, batch_size, "
             "isl, step; heads: model or native_heads, and tp_size or num_heads")
+    v3 = dict(GB300, model="deepseek-ai/DeepSeek-V3")
     with pytest.raises(E.QueryFieldError) as info:
-        db.query(**GB300, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=1024, seq_len=3)
+        db.query(**v3, tp_size=8, batch_size=4, isl=1024, seq_len=3)
     assert str(info.value).startswith("unknown field(s) 'seq_len' for table mla_context_module")
     assert info.value.fix == keys
-    q = {k: v for k, v in GB300.items() if k != "kernel_source"}
+    q = {k: v for k, v in v3.items() if k != "kernel_source"}
     with pytest.raises(E.QueryFieldError) as info:
-        db.query(**q, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=1024)
+        db.query(**q, tp_size=8, batch_size=4, isl=1024)
     assert str(info.value).startswith(
         "missing field 'kernel_source' (the table holds 2 values for the fields given: FLASHINFER_MLA, FLASH_ATTN)")
     assert info.value.fix == keys
     # a key the other fields pin down may be left out: FLASH_ATTN rows here are bfloat16 only
-    q = {k: v for k, v in GB300.items() if k != "mla_dtype"}
-    answer = db.query(**q, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=1024)
+    q = {k: v for k, v in v3.items() if k != "mla_dtype"}
+    answer = db.query(**q, tp_size=8, batch_size=4, isl=1024)
     assert answer.fields["mla_dtype"] == "bfloat16"
-    assert answer.latency_ms == db.query(**GB300, model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4,
-                                         isl=1024).latency_ms
+    assert answer.latency_ms == db.query(**v3, tp_size=8, batch_size=4, isl=1024).latency_ms
     with pytest.raises(E.QueryFieldError, match=r"missing the shard: give tp_size"):
-        db.query(**GB300, model="deepseek-ai/DeepSeek-V3", batch_size=4, isl=1024)
+        db.query(**v3, batch_size=4, isl=1024)
     with pytest.raises(E.QueryFieldError, match=r"keys \[native\]\[local\].*give model or native_heads"):
         db.query(**GB300, num_heads=16, batch_size=4, isl=1024)
 

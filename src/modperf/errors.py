@@ -343,6 +343,13 @@ class QueryFieldError(UsageError):
     kind = "query_field"
 
 
+class ContradictionError(QueryFieldError):
+    """A field the user gave contradicts what the model (its config, its checkpoint, the
+    deployment) fixes; the message names the field, the value given, the value derived and why."""
+
+    kind = "contradiction"
+
+
 class ShardError(QueryFieldError):
     """tp_size does not divide the native head count (or num_heads * tp_size != native)."""
 

@@ -2,24 +2,30 @@
 for a model on a system and backend, at each tensor-parallel size.
 
 The model's HF config gives its layer schedule (:mod:`modperf.layers`): which family answers
-each layer and with which fixed keys. Every layer group becomes one query per phase and tp
-through :meth:`modperf.Database.query`, so every number keeps the query's provenance (exact /
-interpolated / extrapolated, native bucket, substitution). Rules (docs/estimate.md):
+each layer. Every layer group becomes queries through :meth:`modperf.Database.query` by model,
+tp and layer kind, so the keys the model fixes (kv heads, head_dim, window, op_name, the
+checkpoint's GEMM dtype) come from the one resolution step (:mod:`modperf.resolve`) and every
+number keeps the query's provenance. Rules (docs/estimate.md):
 
 - **Prefill** = sum over layers of the context-table latency at (batch, isl, prefix).
-- **Decode** = sum over layers of the generation-table latency of one decode step at kv length
-  ``isl + osl // 2`` (the middle of the decode; ``step`` = cached tokens). With
+- **Decode** = sum over layers of one decode step at kv length ``decode_kv`` (default
+  ``isl + osl // 2``, the middle of the decode; ``step`` = cached tokens). With
   ``decode_mean=True`` also the mean over every step, kv length ``isl`` .. ``isl + osl - 1``.
-- **GQA blocks** add the QKV and output projections from the corpus's ``gemm`` tables
-  (shapes from the config, local heads), because module-family rows include their
-  projections: the GQA and module families then compare like for like.
-- **Kernel choice**: where a table measured several kernels (``kernel_source``) for the
-  requested dtypes, each layer group takes the fastest one that answers without extrapolation
-  (else the fastest extrapolated one), as a backend that picks its best kernel per shape would;
-  ``kernel_sources`` pins one per table. The answer names the kernel used.
+- **GQA blocks** add the QKV and output projections from the corpus's ``gemm`` tables, because
+  module-family rows include their projections: the families then compare like for like.
+- **Composed MLA**: where a system/backend has no MLA module tables, an MLA layer is composed
+  from its parts -- the projection GEMMs (``gemm``), the MLA attention kernel
+  (``context_mla`` / ``generation_mla``) and, in decode, the absorbed ``mla_bmm`` pair --
+  labelled ``composed``.
+- **Kernel choice**: a table whose backend picks the kernel by shape (a declared lane rule)
+  takes that lane; otherwise, where a table measured several kernels for the keys, each layer
+  group takes the fastest one that answers without extrapolation (else the fastest
+  extrapolated one); ``kernel_sources`` pins one per table.
 - **Versions**: ``version`` pins one; otherwise the newest version of the system/backend whose
   tables hold every needed table and the model's native bucket (else the newest holding the
   tables; the query then says what is missing).
+- **Phases answer independently**: a phase out of coverage at a tp is reported with its reason
+  and the other phase still answers.
 - Layers no attention-module table measures (linear attention, Mamba, DeepSeek-V4's
   uncompressed sliding-window layers) are listed as not included, never silently dropped.
 """
@@ -35,32 +41,35 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import errors as E
-from .deployment import local_heads, local_kv_heads, validate_tps
-from .families import Family, family_of
+from .deployment import local_heads, validate_tps
 from .families import registry as family_registry
-from .families.base import Tier
+from .families.base import Family, Tier
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, KIND_NAMES, REFUSED
 from .layers import AttentionLayer, LayerSchedule, layer_schedule
+from .resolve import layer_kinds
 from .versions import version_key
 
 if TYPE_CHECKING:
     from .db import Database
+    from .models import ModelConfig
     from .query import Answer
 
 GEMM_TABLE = "gemm"
-#: Dtype key columns an estimate fills. Unless the caller sets one, it is ``bfloat16`` where the
-#: table measured bfloat16 for the model's native, else the one value measured for it (else the
-#: query asks for it).
-DTYPE_COLUMNS = ("attn_dtype", "kv_cache_dtype", "mla_dtype", "gemm_type", "gemm_dtype")
-DEFAULT_DTYPE = "bfloat16"
+#: Dtype key columns a user may set (``dtypes``); unset ones follow the checkpoint where it fixes
+#: them (the GEMM dtype) and otherwise the query's documented default (bfloat16 where measured).
+DTYPE_COLUMNS = ("attn_dtype", "kv_cache_dtype", "mla_dtype", "gemm_type", "gemm_dtype", "bmm_dtype")
+#: The tables an MLA layer is composed from where no MLA module table exists.
+COMPOSED_MLA_TABLES = ("context_mla", "generation_mla", "mla_bmm", GEMM_TABLE)
 _KIND_ORDER = {"exact": 0, "interpolated": 1, "extrapolated": 2}
+#: Errors that make one phase at one tp unanswerable (the other phase still answers).
+_PHASE_ERRORS = (E.NotCoveredError, E.OutOfCoverageError)
 
 
 @dataclass
 class Component:
-    """One query that makes up a layer's block (the attention module, or a GQA projection)."""
+    """One query that makes up a layer's block (the attention module, or a GEMM / bmm part)."""
 
-    name: str  # attention | qkv_proj | o_proj
+    name: str  # attention | qkv_proj | o_proj | qkv_a_proj | q_b_proj | kv_b_proj | bmm_pre | bmm_post
     table: str
     latency_ms: float
     kind: str
@@ -70,11 +79,13 @@ class Component:
     version: str | None = None
     reused_from: str | None = None
     fields: dict[str, Any] = field(default_factory=dict)
+    lane: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "table": self.table, "latency_ms": self.latency_ms, "kind": self.kind,
                 "kernel_source": self.kernel_source, "native": self.native, "substitution": self.substitution,
-                "version": self.version, "reused_from": self.reused_from, "fields": self.fields}
+                "version": self.version, "reused_from": self.reused_from, "fields": self.fields,
+                "lane": self.lane}
 
 
 @dataclass
@@ -86,6 +97,7 @@ class LayerCost:
     phase: str
     per_layer_ms: float
     components: list[Component]
+    composed: bool = False  # built from kernel + bmm + GEMM tables (no module table here)
 
     @property
     def total_ms(self) -> float:
@@ -98,7 +110,8 @@ class LayerCost:
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "count": self.count, "phase": self.phase, "per_layer_ms": self.per_layer_ms,
-                "total_ms": self.total_ms, "kind": self.kind, "components": [c.to_dict() for c in self.components]}
+                "total_ms": self.total_ms, "kind": self.kind, "composed": self.composed,
+                "components": [c.to_dict() for c in self.components]}
 
 
 @dataclass
@@ -109,14 +122,17 @@ class TpEstimate:
     decode: list[LayerCost]
     decode_mean_ms: float | None = None
     decode_mean_kinds: dict[str, int] | None = None
+    #: Why a phase could not be answered at this tp (its totals are then None).
+    prefill_error: E.ModperfError | None = None
+    decode_error: E.ModperfError | None = None
 
     @property
-    def prefill_ms(self) -> float:
-        return sum(c.total_ms for c in self.prefill)
+    def prefill_ms(self) -> float | None:
+        return None if self.prefill_error else sum(c.total_ms for c in self.prefill)
 
     @property
-    def decode_ms(self) -> float:
-        return sum(c.total_ms for c in self.decode)
+    def decode_ms(self) -> float | None:
+        return None if self.decode_error else sum(c.total_ms for c in self.decode)
 
     def kinds(self, phase: str) -> dict[str, int]:
         """Layer queries by kind (a layer counts once, with its least exact component)."""
@@ -140,6 +156,8 @@ class TpEstimate:
             "decode_ms": self.decode_ms, "decode_mean_ms": self.decode_mean_ms,
             "prefill_kinds": self.kinds("prefill"), "decode_kinds": self.kinds("decode"),
             "decode_mean_kinds": self.decode_mean_kinds, "substitutions": self.substitutions,
+            "prefill_error": self.prefill_error.to_dict() if self.prefill_error else None,
+            "decode_error": self.decode_error.to_dict() if self.decode_error else None,
             "prefill_layers": [c.to_dict() for c in self.prefill],
             "decode_layers": [c.to_dict() for c in self.decode],
         }
@@ -156,25 +174,31 @@ class Estimate:
     batch: int
     prefix: int
     decode_kv: int
-    dtypes: dict[str, dict[str, str]]  # table -> dtype columns fixed (the rest pinned by the table)
+    dtypes: dict[str, dict[str, str]]  # table -> dtype columns of the answers
     versions: dict[str, str]  # table -> version used
     schedule: LayerSchedule
     tps: list[TpEstimate]
     notes: list[str]
     seconds: float = 0.0
+    decode_rule: str = ""
 
     @property
     def uncovered(self) -> list[tuple[AttentionLayer, int]]:
         return [(layer, n) for layer, n in self.schedule.groups() if not layer.covered]
 
+    @property
+    def complete(self) -> bool:
+        """Every phase at every tp answered."""
+        return not any(t.prefill_error or t.decode_error for t in self.tps)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model, "system": self.system, "backend": self.backend, "native_heads": self.native_heads,
             "isl": self.isl, "osl": self.osl, "batch": self.batch, "prefix": self.prefix,
-            "decode_rule": f"one decode step at kv length isl + osl // 2 = {self.decode_kv}",
+            "decode_kv": self.decode_kv, "decode_rule": self.decode_rule, "complete": self.complete,
             "dtypes": self.dtypes, "versions": self.versions,
-            "layers": [{"label": layer.label, "count": n, "family": layer.family, "covered": layer.covered,
-                        "note": layer.note} for layer, n in self.schedule.groups()],
+            "layers": [{"label": layer.label, "name": layer.name, "count": n, "family": layer.family,
+                        "covered": layer.covered, "note": layer.note} for layer, n in self.schedule.groups()],
             "not_included": [{"label": layer.label, "count": n, "reason": layer.note} for layer, n in self.uncovered],
             "tps": [t.to_dict() for t in self.tps], "notes": self.notes, "seconds": round(self.seconds, 4),
         }
@@ -184,40 +208,57 @@ class Estimate:
 
 
 def _family(layer: AttentionLayer) -> Family:
-    assert layer.family is not None
+    assert layer.family is not None  # only covered layers are planned
     return family_registry()[layer.family]
 
 
-def _table_family(table: str) -> Family:
-    fam = family_of(table)
-    assert fam is not None, table  # the tables of a layer schedule are declared in modperf/families/
-    return fam
-
-
-def _needed_tables(schedule: LayerSchedule) -> list[str]:
-    tables: list[str] = []
-    for layer, _ in schedule.groups():
-        if not layer.covered:
-            continue
-        for t in (layer.context_table, layer.generation_table):
-            if t and t not in tables:
-                tables.append(t)
-        if not _family(layer).projections_in_rows and GEMM_TABLE not in tables:
-            tables.append(GEMM_TABLE)
-    return tables
-
-
-def _choose_versions(db: Database, system: str, backend: str, version: str | None, tables: Sequence[str],
-                     native: int, notes: list[str]) -> dict[str, str]:
+def _slot_tables(db: Database, system: str, backend: str) -> dict[str, set[str]]:
+    """version -> tables of one system/backend (reuse-resolved slots)."""
     slots = [r for r in db.catalog.slots if r.system == system and r.backend == backend]
     if not slots:
-        have = sorted({(r.system, r.backend) for r in db.catalog.slots})
+        have = sorted({(str(r.system), str(r.backend)) for r in db.catalog.slots})
         raise E.UnknownTableError(
             f"no tables for system={system} backend={backend}", values={"system": system, "backend": backend},
             fix="available: " + ", ".join(f"{s}/{b}" for s, b in have))
     by_version: dict[str, set[str]] = {}
     for r in slots:
         by_version.setdefault(str(r.version), set()).add(r.table)
+    return by_version
+
+
+def _composes(layer: AttentionLayer, by_version: Mapping[str, set[str]], version: str | None) -> bool:
+    """An MLA layer is composed where no considered version holds its module tables but one holds
+    the kernel, bmm and GEMM tables."""
+    if layer.family != "mla_module":
+        return False
+    considered = [version] if version is not None else list(by_version)
+    module = {t for t in (layer.context_table, layer.generation_table) if t}
+    if any(module <= by_version.get(v, set()) for v in considered):
+        return False
+    return any(set(COMPOSED_MLA_TABLES) <= by_version.get(v, set()) for v in considered)
+
+
+def _needed_tables(groups: Sequence[tuple[AttentionLayer, int]], composed: set[AttentionLayer]) -> list[str]:
+    tables: list[str] = []
+
+    def add(t: str | None) -> None:
+        if t and t not in tables:
+            tables.append(t)
+
+    for layer, _ in groups:
+        if layer in composed:
+            for t in COMPOSED_MLA_TABLES:
+                add(t)
+            continue
+        add(layer.context_table)
+        add(layer.generation_table)
+        if not _family(layer).projections_in_rows:
+            add(GEMM_TABLE)
+    return tables
+
+
+def _choose_versions(db: Database, system: str, backend: str, version: str | None, tables: Sequence[str],
+                     by_version: Mapping[str, set[str]], native: int, notes: list[str]) -> dict[str, str]:
     if version is not None:
         missing = [t for t in tables if t not in by_version.get(version, set())]
         if missing:
@@ -228,7 +269,7 @@ def _choose_versions(db: Database, system: str, backend: str, version: str | Non
         return {t: version for t in tables}
     newest_first = sorted(by_version, key=version_key, reverse=True)
     complete = [v for v in newest_first if all(t in by_version[v] for t in tables)]
-    module_tables = [t for t in tables if t != GEMM_TABLE and _table_family(t).tier is not Tier.LOCAL]
+    module_tables = [t for t in tables if t != GEMM_TABLE and _table_tier(t) is not Tier.LOCAL]
     for v in complete:
         if all(native in db.table(system, backend, v, t).natives for t in module_tables):
             return {t: v for t in tables}
@@ -249,77 +290,52 @@ def _choose_versions(db: Database, system: str, backend: str, version: str | Non
     return chosen
 
 
-def _kernels_for(keyed, fields: Mapping[str, Any]) -> list[str]:
-    """Kernel sources of the table whose buckets agree with the fixed categorical fields."""
-    names = keyed.key_names
-    if "kernel_source" not in names:
-        return []
-    ks = names.index("kernel_source")
-    checks = [(names.index(n), v) for n, v in fields.items() if n in names and n in keyed.spec.categorical]
-    found = {key[ks] for key in keyed.bucket_keys if all(key[i] == v for i, v in checks)}
-    return sorted(found)
+def _table_tier(table: str) -> Tier:
+    from .families import family_of
+
+    fam = family_of(table)
+    assert fam is not None  # tables come from layer schedules and COMPOSED_MLA_TABLES, all declared
+    return fam.tier
 
 
 class _Estimator:
-    def __init__(self, db: Database, *, model: str, system: str, backend: str, versions: Mapping[str, str],
-                 dtypes: Mapping[str, str], kernel_sources: Mapping[str, str], allow_substitute: bool,
-                 hidden: int, head_dim: int, native: int) -> None:
-        self.db, self.model, self.system, self.backend = db, model, system, backend
-        self.native = native
+    def __init__(self, db: Database, *, config: ModelConfig, system: str, backend: str,
+                 versions: Mapping[str, str], dtypes: Mapping[str, str], kernel_sources: Mapping[str, str],
+                 allow_substitute: bool) -> None:
+        self.db, self.config, self.system, self.backend = db, config, system, backend
+        self.model = config.model_id
         self.versions, self.dtypes, self.kernel_sources = versions, dtypes, kernel_sources
         self.allow_substitute = allow_substitute
-        self.hidden, self.head_dim = hidden, head_dim
         self.used_dtypes: dict[str, dict[str, str]] = {}
 
     def _slot(self, table: str) -> dict[str, Any]:
         return {"table": table, "system": self.system, "backend": self.backend, "version": self.versions[table]}
 
-    def _fixed(self, table: str, layer_fields: Mapping[str, Any]) -> dict[str, Any]:
+    def _dtypes_for(self, table: str) -> dict[str, str]:
         keyed = self.db.table(self.system, self.backend, self.versions[table], table)
-        fixed: dict[str, Any] = {}
-        # dtype defaults look at the model's own native buckets where the table keys natives:
-        # a file may measure another model of other natives in other dtypes
-        mine = [b for b in range(keyed.n_buckets) if keyed.bucket_native[b] in (-1, self.native)] \
-            or range(keyed.n_buckets)  # native absent: the query will say so (or substitute)
-        for col in DTYPE_COLUMNS:
-            if col not in keyed.key_names:
-                continue
-            if col in self.dtypes:
-                fixed[col] = self.dtypes[col]
-                continue
-            i = keyed.key_names.index(col)
-            held = {keyed.bucket_keys[b][i] for b in mine}
-            if DEFAULT_DTYPE in held:
-                fixed[col] = DEFAULT_DTYPE
-            elif len(held) == 1:
-                fixed[col] = held.pop()
-        self.used_dtypes.setdefault(table, {}).update(fixed)
-        for k, v in layer_fields.items():
-            if k in keyed.missing_optional:
-                if v:  # e.g. a sliding window asked of a file that measured full attention only
-                    raise E.NotCoveredError(
-                        f"{keyed.ref.label} has no {k} column; it cannot answer {k}={v}",
-                        values={k: v}, fix="choose a version whose table records it")
-                continue
-            fixed[k] = v
-        return fixed
+        return {k: v for k, v in self.dtypes.items() if k in keyed.key_names}
 
-    def query(self, table: str, fields: dict[str, Any], name: str, *, vector: bool = False):
-        """One component query with the kernel policy; returns (Answer, Component)."""
-        keyed = self.db.table(self.system, self.backend, self.versions[table], table)
+    def query(self, table: str, fields: Mapping[str, Any], name: str) -> tuple[Answer, Component]:
+        """One component query with the kernel policy: a pinned kernel; else the one the query
+        resolves (a single kernel, or the lane the backend picks by shape); else the fastest of
+        the kernels the table holds for these keys that answers without extrapolation."""
+        base = {**self._slot(table), **self._dtypes_for(table), **fields, "allow_substitute": self.allow_substitute}
         pinned = self.kernel_sources.get(table)
-        kernels = [pinned] if pinned else _kernels_for(keyed, fields)
-        if len(kernels) <= 1:
-            answer = self.db.query(**self._slot(table), **fields,
-                                   **({"kernel_source": kernels[0]} if kernels else {}),
-                                   allow_substitute=self.allow_substitute)
+        if pinned:
+            answer = self.db.query(**base, kernel_source=pinned)
             return answer, self._component(name, table, answer)
+        try:
+            answer = self.db.query(**base)
+            return answer, self._component(name, table, answer)
+        except E.QueryFieldError as exc:
+            if exc.values.get("field") != "kernel_source" or not exc.values.get("values"):
+                raise
+            kernels = list(exc.values["values"])
         answers: list[Answer] = []
         errors: list[E.ModperfError] = []
         for ks in kernels:
             try:
-                answers.append(self.db.query(**self._slot(table), **fields, kernel_source=ks,
-                                             allow_substitute=self.allow_substitute))
+                answers.append(self.db.query(**base, kernel_source=ks))
             except (E.NotCoveredError, E.OutOfCoverageError, E.QueryFieldError) as exc:
                 errors.append(exc)
         if not answers:  # the most specific reason: a point outside the grid, then a missing key
@@ -328,67 +344,107 @@ class _Estimator:
         best = min(answers, key=lambda a: (a.kind == "extrapolated", a.latency_ms))
         return best, self._component(name, table, best)
 
-    @staticmethod
-    def _component(name: str, table: str, answer: Answer) -> Component:
+    def _component(self, name: str, table: str, answer: Answer) -> Component:
+        keyed = self.db.table(self.system, self.backend, self.versions[table], table)
+        dtypes = {c: str(answer.fields[c]) for c in DTYPE_COLUMNS if c in answer.fields and c in keyed.key_names}
+        self.used_dtypes.setdefault(table, {}).update(dtypes)
         return Component(name, table, answer.latency_ms, answer.kind, answer.fields.get("kernel_source"),
                          answer.native, answer.substitution, answer.version, answer.reused_from,
-                         dict(answer.fields))
+                         dict(answer.fields), answer.lane)
 
     def layer(self, layer: AttentionLayer, count: int, phase: str, tp: int, batch: int, isl: int, prefix: int,
-              kv: int) -> LayerCost:
+              kv: int, composed: bool) -> LayerCost:
         try:
-            return self._layer(layer, count, phase, tp, batch, isl, prefix, kv)
+            if composed:
+                return self._composed_mla(layer, count, phase, tp, batch, isl, prefix, kv)
+            return self._module_layer(layer, count, phase, tp, batch, isl, prefix, kv)
         except (E.NotCoveredError, E.OutOfCoverageError, E.QueryFieldError) as exc:
             # the same error, saying which layers and which tp asked
             raise type(exc)(f"{layer.label} layers, {'prefill' if phase == 'context' else 'decode'} at tp={tp}: "
                             f"{exc.detail}", file=exc.file, values=exc.values, fix=exc.fix) from None
 
-    def _layer(self, layer: AttentionLayer, count: int, phase: str, tp: int, batch: int, isl: int, prefix: int,
-               kv: int) -> LayerCost:
+    def _layer_field(self, layer: AttentionLayer, phase: str) -> dict[str, Any]:
+        """``layer`` where the model runs several kinds on the table (the query needs it)."""
         table = layer.table(phase)
         assert table is not None
-        fields = self._fixed(table, layer.fields_for(phase))
-        local = local_heads(layer.native_heads, tp)
+        return {"layer": layer.name} if len(layer_kinds(self.config, table, phase)) > 1 else {}
+
+    def _module_layer(self, layer: AttentionLayer, count: int, phase: str, tp: int, batch: int, isl: int,
+                      prefix: int, kv: int) -> LayerCost:
+        table = layer.table(phase)
+        assert table is not None
         family = _family(layer)
         if phase == "context":
-            shape = {"batch_size": batch, "isl": isl, "step": prefix}
+            shape: dict[str, Any] = {"batch_size": batch, "isl": isl, "step": prefix}
             tokens = batch * isl
         else:
             shape = {"batch_size": batch, "step": kv}
             tokens = batch
-        components = []
-        if family.kv_heads_key is not None:
-            # the layer's kv heads sharded by the backends' rule (modperf.deployment)
-            key = family.kv_heads_key
-            fields[key] = local_kv_heads(int(fields.get(key, 1)), tp)
-            fields.setdefault("beam_width", 1)
-            _, comp = self.query(table, {**fields, "num_heads": local, **shape}, "attention")
-            components.append(comp)
-        else:
-            _, comp = self.query(table, {**fields, "model": self.model, "tp_size": tp, **shape}, "attention")
-            components.append(comp)
+        fields = {"model": self.model, "tp_size": tp, **self._layer_field(layer, phase), **shape}
+        if "beam_width" in self._keys(table):
+            fields["beam_width"] = 1  # one sequence per request
+        answer, comp = self.query(table, fields, "attention")
+        components = [comp]
         if not family.projections_in_rows:
-            hd = int(fields.get("head_dim", self.head_dim))
-            local_kv = int(fields.get(family.kv_heads_key or "", 0)) or local
-            gemm = self._fixed(GEMM_TABLE, {})
-            for name, n, k in (("qkv_proj", (local + 2 * local_kv) * hd, self.hidden),
-                               ("o_proj", self.hidden, local * hd)):
-                _, comp = self.query(GEMM_TABLE, {**gemm, "m": tokens, "n": n, "k": k}, name)
-                components.append(comp)
+            hidden = int(self.config.get("hidden_size"))
+            local = int(answer.fields["num_heads"])
+            hd = int(answer.fields.get("head_dim") or hidden // layer.native_heads)
+            local_kv = int(answer.fields.get(family.kv_heads_key or "", 0) or local)
+            for name, n, k in (("qkv_proj", (local + 2 * local_kv) * hd, hidden), ("o_proj", hidden, local * hd)):
+                _, c = self.query(GEMM_TABLE, {"model": self.model, "m": tokens, "n": n, "k": k}, name)
+                components.append(c)
         return LayerCost(layer.label, count, "prefill" if phase == "context" else "decode",
                          sum(c.latency_ms for c in components), components)
+
+    def _keys(self, table: str) -> set[str]:
+        keyed = self.db.table(self.system, self.backend, self.versions[table], table)
+        return set(keyed.key_names)
+
+    def _composed_mla(self, layer: AttentionLayer, count: int, phase: str, tp: int, batch: int, isl: int,
+                      prefix: int, kv: int) -> LayerCost:
+        """An MLA layer from its parts (docs/estimate.md): the fused q/kv down-projection, the q
+        up-projection, in prefill the kv up-projection (non-absorbed attention over all keys)
+        and the attention kernel, in decode the absorbed bmm pair around the kernel, then the
+        output projection."""
+        cfg = self.config
+        hidden = int(cfg.get("hidden_size"))
+        q_lora = cfg.get("q_lora_rank", None)
+        kv_lora, nope = int(cfg.get("kv_lora_rank")), int(cfg.get("qk_nope_head_dim"))
+        rope, v = int(cfg.get("qk_rope_head_dim")), int(cfg.get("v_head_dim"))
+        local = local_heads(layer.native_heads, tp)
+        gemm = {"model": self.model}
+        parts: list[tuple[str, str, dict[str, Any]]] = []
+        tokens = batch * isl if phase == "context" else batch
+        down = (int(q_lora) if q_lora else 0) + kv_lora + rope
+        parts.append(("qkv_a_proj", GEMM_TABLE, {**gemm, "m": tokens, "n": down, "k": hidden}))
+        if q_lora:
+            parts.append(("q_b_proj", GEMM_TABLE, {**gemm, "m": tokens, "n": local * (nope + rope), "k": int(q_lora)}))
+        else:  # no q low-rank: the q projection reads the hidden state directly
+            parts.append(("q_proj", GEMM_TABLE, {**gemm, "m": tokens, "n": local * (nope + rope), "k": hidden}))
+        heads = {"model": self.model, "tp_size": tp}
+        if phase == "context":
+            parts.append(("kv_b_proj", GEMM_TABLE,
+                          {**gemm, "m": batch * (isl + prefix), "n": local * (nope + v), "k": kv_lora}))
+            parts.append(("attention", "context_mla", {**heads, "batch_size": batch, "isl": isl, "step": prefix}))
+        else:
+            parts.append(("bmm_pre", "mla_bmm", {**heads, "op_name": "mla_gen_pre", "num_tokens": batch}))
+            parts.append(("attention", "generation_mla", {**heads, "batch_size": batch, "step": kv}))
+            parts.append(("bmm_post", "mla_bmm", {**heads, "op_name": "mla_gen_post", "num_tokens": batch}))
+        parts.append(("o_proj", GEMM_TABLE, {**gemm, "m": tokens, "n": hidden, "k": local * v}))
+        components = [self.query(table, fields, name)[1] for name, table, fields in parts]
+        return LayerCost(layer.label, count, "prefill" if phase == "context" else "decode",
+                         sum(c.latency_ms for c in components), components, composed=True)
 
     def decode_mean(self, layer: AttentionLayer, cost: LayerCost, tp: int, batch: int, isl: int,
                     osl: int) -> tuple[float, Counter]:
         """Mean per-step latency of one layer over kv lengths isl .. isl + osl - 1, with the
-        kernels the midpoint step chose; projections do not depend on the kv length."""
-        attention = cost.components[0]
+        kernels the midpoint step chose; the parts that do not depend on the kv length (the
+        projections, the bmm pair) are added as they are."""
+        attention = next(c for c in cost.components if c.name == "attention")
         table = attention.table
         steps = np.arange(isl, isl + osl, dtype=np.int64)
         fields = {k: v for k, v in attention.fields.items()
                   if k not in ("table", "system", "backend", "version", "step", "batch_size", "isl")}
-        if _family(layer).kv_heads_key is None:
-            fields = {k: v for k, v in fields.items() if k not in ("native_heads", "num_heads")}
         result = self.db.query_many(**self._slot(table), **fields, batch_size=batch, step=steps,
                                     allow_substitute=self.allow_substitute)
         lat, kinds = result.latency_ms, result.kind
@@ -398,7 +454,7 @@ class _Estimator:
                 f"decode mean: {table} cannot answer kv length {first} ({cost.label}, tp={tp})",
                 values={"kv_length": first, "tp": tp},
                 fix="shorten isl + osl to the measured range, or drop the decode mean")
-        extra = sum(c.latency_ms for c in cost.components[1:])
+        extra = sum(c.latency_ms for c in cost.components if c is not attention)
         counts = Counter({KIND_NAMES[k]: int((kinds == k).sum()) * cost.count
                           for k in (EXACT, INTERPOLATED, EXTRAPOLATED)})
         return float(lat.mean()) + extra, counts
@@ -415,18 +471,20 @@ def estimate(
     osl: int,
     batch: int,
     prefix: int = 0,
+    decode_kv: int | None = None,
     version: str | None = None,
-    dtypes: Mapping[str, str | None] | None = None,  # a None value leaves that dtype unset
+    dtypes: Mapping[str, str | None] | None = None,
     kernel_sources: Mapping[str, str] | None = None,
     decode_mean: bool = False,
     allow_substitute: bool = False,
 ) -> Estimate:
     """Attention cost of ``model`` per prefill and per decode step at each tp (module doc)."""
     start = time.perf_counter()
-    for name, value, minimum in (("isl", isl, 1), ("osl", osl, 1), ("batch", batch, 1), ("prefix", prefix, 0)):
+    for name, value, minimum in (("isl", isl, 1), ("osl", osl, 1), ("batch", batch, 1), ("prefix", prefix, 0),
+                                 ("decode_kv", decode_kv if decode_kv is not None else 1, 1)):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
             raise E.UsageError(f"{name} must be an integer >= {minimum}", values={name: value},
-                               fix=f"pass --{name} N")
+                               fix=f"pass --{name.replace('_', '-')} N")
     tp_list = validate_tps(tps)
     config = db.models.get(model)
     schedule = layer_schedule(config)
@@ -439,48 +497,65 @@ def estimate(
     for tp in tp_list:
         bad = sorted({layer.native_heads for layer, _ in covered if layer.native_heads % tp})
         if bad:
-            divisors = sorted(set.intersection(*({d for d in range(1, h + 1) if h % d == 0}
-                                                 for h in {layer.native_heads for layer, _ in covered})))
+            common = sorted(set.intersection(*({d for d in range(1, h + 1) if h % d == 0}
+                                               for h in {layer.native_heads for layer, _ in covered})))
             raise E.ShardError(
                 f"tp={tp} does not divide the native head count {bad[0]} of {model}",
                 values={"tp": tp, "native_heads": bad[0]},
-                fix=f"use tp sizes that divide it: {', '.join(map(str, divisors))}")
+                fix=f"use tp sizes that divide it: {', '.join(map(str, common))}")
     chosen_dtypes = {k: v for k, v in (dtypes or {}).items() if v is not None}
     unknown = sorted(set(chosen_dtypes) - set(DTYPE_COLUMNS))
     if unknown:
         raise E.UsageError(f"unknown dtype option(s) {', '.join(unknown)}", values={"dtypes": unknown},
                            fix=f"dtype options are {', '.join(DTYPE_COLUMNS)}")
     notes: list[str] = []
-    tables = _needed_tables(schedule)
-    versions = _choose_versions(db, system, backend, version, tables, config.native_heads, notes)
-    hidden = int(config.get("hidden_size"))
-    head_dim = int(config.get("head_dim", None) or hidden // config.native_heads)
-    est = _Estimator(db, model=model, system=system, backend=backend, versions=versions, dtypes=chosen_dtypes,
-                     kernel_sources=dict(kernel_sources or {}), allow_substitute=allow_substitute,
-                     hidden=hidden, head_dim=head_dim, native=config.native_heads)
-    decode_kv = isl + osl // 2
+    by_version = _slot_tables(db, system, backend)
+    composed = {layer for layer, _ in covered if _composes(layer, by_version, version)}
+    tables = _needed_tables(covered, composed)
+    versions = _choose_versions(db, system, backend, version, tables, by_version, config.native_heads, notes)
+    unknown_pins = sorted(set(kernel_sources or {}) - set(tables))
+    if unknown_pins:
+        raise E.UsageError(f"--kernel-source names table(s) this estimate does not use: {', '.join(unknown_pins)}",
+                           values={"tables": unknown_pins}, fix=f"tables used: {', '.join(tables)}")
+    est = _Estimator(db, config=config, system=system, backend=backend, versions=versions, dtypes=chosen_dtypes,
+                     kernel_sources=dict(kernel_sources or {}), allow_substitute=allow_substitute)
+    kv = decode_kv if decode_kv is not None else isl + osl // 2
+    decode_rule = (f"one decode step at kv length {kv} (decode_kv)" if decode_kv is not None
+                   else f"one decode step at kv length isl + osl // 2 = {kv}")
     results = []
     for tp in tp_list:
-        prefill = [est.layer(layer, n, "context", tp, batch, isl, prefix, decode_kv) for layer, n in covered]
-        decode = [est.layer(layer, n, "generation", tp, batch, isl, prefix, decode_kv) for layer, n in covered]
-        tp_est = TpEstimate(tp, config.native_heads // tp, prefill, decode)
-        if decode_mean:
-            total = 0.0
-            kinds: Counter[str] = Counter()
-            for (layer, n), cost in zip(covered, decode):
+        tp_est = TpEstimate(tp, config.native_heads // tp, [], [])
+        try:
+            tp_est.prefill = [est.layer(layer, n, "context", tp, batch, isl, prefix, kv, layer in composed)
+                              for layer, n in covered]
+        except _PHASE_ERRORS as exc:
+            tp_est.prefill, tp_est.prefill_error = [], exc
+        try:
+            tp_est.decode = [est.layer(layer, n, "generation", tp, batch, isl, prefix, kv, layer in composed)
+                             for layer, n in covered]
+        except _PHASE_ERRORS as exc:
+            tp_est.decode, tp_est.decode_error = [], exc
+        if decode_mean and tp_est.decode_error is None:
+            total, kinds = 0.0, Counter[str]()
+            for (layer, n), cost in zip(covered, tp_est.decode):
                 mean, counts = est.decode_mean(layer, cost, tp, batch, isl, osl)
                 total += mean * n
                 kinds.update(counts)
             tp_est.decode_mean_ms = total
             tp_est.decode_mean_kinds = {k: kinds.get(k, 0) for k in ("exact", "interpolated", "extrapolated")}
         results.append(tp_est)
-    if any(not _family(layer).projections_in_rows for layer, _ in covered):
+    failures = [e for t in results for e in (t.prefill_error, t.decode_error) if e is not None]
+    if failures and len(failures) == 2 * len(results):
+        raise failures[0]  # nothing answered: the first reason is the answer
+    if any(not _family(layer).projections_in_rows for layer, _ in covered if layer not in composed):
         notes.append("GQA blocks = attention kernel + QKV and output projections from the gemm table "
                      "(module-family rows include their projections)")
+    for layer in composed:
+        notes.append(f"{layer.label} layers composed from {', '.join(COMPOSED_MLA_TABLES)} ({system}/{backend} has no "
+                     "MLA module tables): q/kv projections, attention kernel, absorbed bmm pair in decode, output "
+                     "projection")
     uncovered = [(layer, n) for layer, n in schedule.groups() if not layer.covered]
     for layer, n in uncovered:
         notes.append(f"not included: {n} {layer.label} layer(s) ({layer.note})")
-    return Estimate(model, system, backend, config.native_heads, isl, osl, batch, prefix, decode_kv,
-                    est.used_dtypes, versions, schedule, results, notes, time.perf_counter() - start)
-
-
+    return Estimate(model, system, backend, config.native_heads, isl, osl, batch, prefix, kv, est.used_dtypes,
+                    versions, schedule, results, notes, time.perf_counter() - start, decode_rule)

@@ -365,6 +365,28 @@ class Grid:
             value *= r_at / r_edge if r_edge > 0 else math.nan
         return Lookup(value, EXTRAPOLATED if spent > 0.0 else INTERPOLATED, spent, heads_used, tuple(outside))
 
+    def support(self, point: Sequence[float]) -> list[dict[str, int]]:
+        """The measured lattice cells an answer at ``point`` stands on (the corners of its
+        interpolation box with weight > 0, after projecting onto the measured range), as axis
+        values: the cell itself for an exact hit."""
+        corners: list[list[tuple[int, int]]] = [[]]  # per corner: (axis, lattice index)
+        for a, x in enumerate(point):
+            vals = self._values_py[a]
+            xc = min(max(x, vals[0]), vals[-1])
+            i = bisect_right(vals, xc) - 1
+            if vals[i] == xc or i + 1 >= len(vals):
+                corners = [[*c, (a, i)] for c in corners]
+            else:
+                corners = [[*c, (a, j)] for c in corners for j in (i, i + 1)]
+        out = []
+        for corner in corners:
+            flat = 0
+            for a, i in corner:
+                flat += i * self.strides[a]
+            if self.state.ravel()[flat] == MEASURED_CELL:
+                out.append({self.axes[a]: int(self.values[a][i]) for a, i in corner})
+        return out
+
     # -- vectorised lookup ----------------------------------------------------------------
 
     def lookup_many(self, points: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:

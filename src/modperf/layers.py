@@ -42,6 +42,16 @@ class AttentionLayer:
     def covered(self) -> bool:
         return self.family is not None
 
+    @property
+    def name(self) -> str:
+        """The short name a query's ``layer`` field picks this kind by (full, sliding, chunked,
+        dense, indexer, shared_indexer, sparse, csa, hca, mla)."""
+        label = self.label.lower()
+        for word in ("shared indexer", "indexer", "sliding", "chunked", "dense", "full", "sparse"):
+            if word in label:
+                return word.replace(" ", "_")
+        return self.kind.removeprefix("dsv4_")
+
     def table(self, phase: str) -> str | None:
         return self.context_table if phase == "context" else self.generation_table
 
@@ -50,7 +60,8 @@ class AttentionLayer:
         return {**dict(self.fields), **dict(extra)}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "label": self.label, "family": self.family, "context_table": self.context_table,
+        return {"kind": self.kind, "name": self.name, "label": self.label, "family": self.family,
+                "context_table": self.context_table,
                 "generation_table": self.generation_table, "native_heads": self.native_heads,
                 "context_fields": self.fields_for("context"), "generation_fields": self.fields_for("generation"),
                 "note": self.note}

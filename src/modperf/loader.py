@@ -263,10 +263,10 @@ class TableStore:
     def ref(self, system: str, backend: str, version: str, table: str) -> TableRef:
         ref = self.catalog.slot(system, backend, version, table)
         if ref is None:
-            raise self._unknown_slot(system, backend, version, table)
+            raise self.unknown_slot(system, backend, version, table)
         return ref
 
-    def _unknown_slot(self, system: str, backend: str, version: str, table: str) -> E.UnknownTableError:
+    def unknown_slot(self, system: str, backend: str, version: str, table: str) -> E.UnknownTableError:
         slots = self.catalog.slots
         values = {"table": table, "system": system, "backend": backend, "version": version}
         if not any(r.table == table for r in slots):

@@ -12,6 +12,7 @@ language model under ``text_config``; the language model is what attention table
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -61,6 +62,8 @@ class ModelConfig:
     model_id: str
     path: Path
     raw: dict[str, Any]
+    #: The companion ``org--Name_hf_quant_config.json`` (ModelOpt checkpoints), when present.
+    hf_quant: dict[str, Any] | None = None
 
     @property
     def text(self) -> dict[str, Any]:
@@ -112,6 +115,11 @@ class ModelConfig:
                     names.append(str(name))
         return tuple(names)
 
+    @property
+    def quantization(self) -> Quantization:
+        """What the checkpoint's weights are stored as (module doc of :class:`Quantization`)."""
+        return Quantization.of(self)
+
     def geometry(self, fields: Sequence[ConfigField]) -> tuple[tuple[str, Any], ...]:
         """(field, value) pairs for the fields a module reads, plus the native count."""
         values: list[tuple[str, Any]] = [("num_attention_heads", self.native_heads)]
@@ -119,6 +127,83 @@ class ModelConfig:
             value = self.get(f.name, f.default)
             values.append((f.name, _hashable(value)))
         return tuple(values)
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """The dtypes a checkpoint fixes, in the names the perf tables key, read from the config's
+    ``quantization_config`` and the companion ``*_hf_quant_config.json``. ``gemm`` is the dense
+    linear layers' dtype (``gemm_type`` of module tables, ``gemm_dtype`` of GEMM tables);
+    ``moe`` the routed experts' (``moe_dtype``):
+
+    =======================================================  ===========  ================
+    checkpoint                                               gemm         moe
+    =======================================================  ===========  ================
+    no quantization config                                   bfloat16     bfloat16
+    ``quant_method: fp8`` with ``weight_block_size``         fp8_block    fp8_block
+    ``quant_method: fp8`` without blocks; ``quant_algo FP8``  fp8          fp8
+    ``quant_algo: NVFP4``                                    nvfp4        nvfp4
+    ``quant_method: mxfp4`` (gpt-oss: experts only)          bfloat16     w4a16_mxfp4
+    ``compressed-tensors`` 4-bit, attention ignored          bfloat16     int4_wo / w4a16_mxfp4
+    any other mixed precision                                undecided    undecided
+    =======================================================  ===========  ================
+
+    An undecided dtype (None) is left to the user's value or the table's default, and the
+    answer says so. ``source`` says where the values came from.
+    """
+
+    gemm: str | None
+    moe: str | None
+    source: str
+
+    @classmethod
+    def of(cls, cfg: ModelConfig) -> Quantization:
+        q = cfg.raw.get("quantization_config") or cfg.text.get("quantization_config")
+        q = q if isinstance(q, dict) else None
+        hf = cfg.hf_quant
+        method = str((q or {}).get("quant_method") or "").lower()
+        algo = str((q or {}).get("quant_algo") or "").upper()
+        if not algo and isinstance(hf, dict):
+            section = hf.get("quantization", hf)
+            algo = str(section.get("quant_algo") or "").upper() if isinstance(section, dict) else ""
+        where = "quantization_config" if q is not None else (
+            "hf_quant_config.json" if hf is not None else "no quantization config")
+        if method == "fp8":
+            blocked = bool((q or {}).get("weight_block_size"))
+            dtype = "fp8_block" if blocked else "fp8"
+            return cls(dtype, dtype, f"{where}: quant_method fp8" + (
+                f", weight_block_size {list((q or {})['weight_block_size'])}" if blocked else ""))
+        if algo == "FP8":
+            return cls("fp8", "fp8", f"{where}: quant_algo FP8")
+        if algo == "NVFP4":
+            return cls("nvfp4", "nvfp4", f"{where}: quant_algo NVFP4")
+        if method == "mxfp4":
+            return cls("bfloat16", "w4a16_mxfp4", f"{where}: quant_method mxfp4 quantizes the experts only")
+        if method == "compressed-tensors" and q is not None and _ignores_attention(q):
+            moe = _compressed_experts(q)
+            return cls("bfloat16", moe, f"{where}: compressed-tensors leaves attention and dense layers in bfloat16"
+                       + (f"; experts {moe}" if moe else ""))
+        if method or algo:
+            return cls(None, None, f"{where}: {method or algo} does not fix one dtype per kind of layer")
+        return cls("bfloat16", "bfloat16", "no quantization config: bfloat16 weights")
+
+
+def _ignores_attention(q: Mapping[str, Any]) -> bool:
+    return any("self_attn" in str(entry) for entry in q.get("ignore") or ())
+
+
+def _compressed_experts(q: Mapping[str, Any]) -> str | None:
+    """The experts' dtype of a compressed-tensors checkpoint that quantizes only them."""
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or len(groups) != 1:
+        return None
+    (group,) = groups.values()
+    weights = group.get("weights") if isinstance(group, dict) else None
+    if not isinstance(weights, dict) or weights.get("num_bits") != 4 or group.get("input_activations"):
+        return None
+    if "mxfp4" in str(group.get("format") or q.get("format") or ""):
+        return "w4a16_mxfp4"
+    return "int4_wo" if weights.get("type") == "int" else None
 
 
 def _hashable(value: Any) -> Any:
@@ -173,11 +258,13 @@ class ModelRegistry:
             return cached
         path = self._paths.get(model_id)
         if path is None:
+            near = self.nearest(model_id)
             raise UnknownModelError(
                 f"no HF config for model {model_id!r}",
                 values={"model": model_id},
                 fix=(
-                    f"save the model's config.json as {config_filename(model_id)} in a folder and "
+                    (f"did you mean {', '.join(near)}? Otherwise " if near else "")
+                    + f"save the model's config.json as {config_filename(model_id)} in a folder and "
                     f"pass it with --model-configs DIR (or set {MODEL_CONFIGS_ENV})"
                 ),
             )
@@ -191,6 +278,31 @@ class ModelRegistry:
             raise ModelConfigError(
                 f"config of {model_id} is not a JSON object", file=path, fix="replace the file"
             )
-        config = ModelConfig(model_id, path, raw)
+        config = ModelConfig(model_id, path, raw, self._hf_quant(model_id, path))
         self._cache[model_id] = config
         return config
+
+    def nearest(self, model_id: str, count: int = 3) -> list[str]:
+        """Known ids a mistyped one probably meant: the same name under an org (``Qwen3-32B``
+        -> ``Qwen/Qwen3-32B``), then close spellings of the whole id or the name."""
+        wanted = str(model_id).lower()
+        by_name = [m for m in self.ids() if m.split("/")[-1].lower() == wanted.split("/")[-1]]
+        if by_name:
+            return by_name[:count]
+        close = difflib.get_close_matches(str(model_id), self.ids(), n=count, cutoff=0.75)
+        names = {m.split("/")[-1]: m for m in self.ids()}
+        close += [names[n] for n in difflib.get_close_matches(str(model_id).split("/")[-1], list(names), n=count,
+                                                               cutoff=0.8) if names[n] not in close]
+        return close[:count]
+
+    @staticmethod
+    def _hf_quant(model_id: str, config_path: Path) -> dict[str, Any] | None:
+        companion = config_path.with_name(config_path.name.removesuffix(CONFIG_SUFFIX) + NOT_CONFIGS[0])
+        if not companion.is_file():
+            return None
+        try:
+            data = json.loads(companion.read_text())
+        except (OSError, ValueError) as exc:
+            raise ModelConfigError(f"cannot read the quantization config of {model_id}: {exc}", file=companion,
+                                   fix="repair or replace the JSON file") from exc
+        return data if isinstance(data, dict) else None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,17 +31,22 @@ from . import errors as E
 from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
-from .families.base import HEADS, TP, Tier
-from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid
+from .families.base import HEADS, TP, PointTest, Tier
+from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid, Lookup
+from .resolve import derive
 from .roofline import gpu_spec
+from .versions import version_key
 
 if TYPE_CHECKING:
     from .loader import TableStore
-    from .models import ModelRegistry
+    from .models import ModelConfig, ModelRegistry
 
 SLOT_FIELDS = ("table", "system", "backend", "version")
 HEAD_FIELDS = ("model", "native_heads", "tp_size", "num_heads")
-OPTION_FIELDS = ("allow_substitute",)
+OPTION_FIELDS = ("allow_substitute", "layer")
+#: Dtype key columns that default to DEFAULT_DTYPE when left out and the table measured it.
+DTYPE_COLUMNS = ("attn_dtype", "kv_cache_dtype", "mla_dtype", "gemm_type", "gemm_dtype")
+DEFAULT_DTYPE = "bfloat16"
 #: Key columns a query never names: derived from the head fields.
 DERIVED_KEYS = (NATIVE, "local_num_heads")
 
@@ -67,15 +72,30 @@ class Answer:
     reused_from: str | None = None  # donor version when reuse.yaml answered
     reuse_reason: str | None = None
     extrapolation: dict[str, Any] | None = None
+    #: The native bucket that answered when it is not the model's own (allow_substitute).
+    substituted_from: int | None = None
+    #: Key columns the model fixed, with why (modperf.resolve).
+    derived: dict[str, str] = field(default_factory=dict)
+    #: Key columns left out and filled by a documented default, with the rule.
+    defaults: dict[str, str] = field(default_factory=dict)
+    #: The kernel a lane rule picked for this shape: {"kernel_source": ..., "rule": ...}.
+    lane: dict[str, str] | None = None
+    #: Quality findings on the measured points the answer stands on (modperf.quality).
+    quality: list[dict[str, Any]] | None = None
+    notes: list[str] = field(default_factory=list)
+    version_chosen: bool = False  # the version was the default, not given
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "latency_ms": self.latency_ms, "kind": self.kind, "table": self.table, "system": self.system,
             "backend": self.backend, "version": self.version, "native": self.native, "local": self.local,
             "locals_used": list(self.locals_used), "requested_native": self.requested_native,
-            "substitution": self.substitution, "reused_from": self.reused_from, "reuse_reason": self.reuse_reason,
+            "substitution": self.substitution, "substituted_from": self.substituted_from,
+            "reused_from": self.reused_from, "reuse_reason": self.reuse_reason,
             "extrapolation": self.extrapolation, "files": list(self.files), "models": list(self.models),
-            "fields": dict(self.fields),
+            "fields": dict(self.fields), "derived": dict(self.derived), "defaults": dict(self.defaults),
+            "lane": self.lane, "quality": self.quality, "notes": list(self.notes),
+            "version_chosen": self.version_chosen,
         }
 
 
@@ -101,6 +121,21 @@ class _Plan:
     axis_fields: tuple[str, ...]  # query field per grid axis (heads axis -> None handled below)
     fixed: dict[str, int]  # defaulted axis values
     local: int | None  # heads coordinate when the grid has a heads axis
+    findings_key: tuple[Any, ...] | None = None  # the group, for quality notes
+    #: Where a lane rule picks the kernel per shape: (lane, test, reason) and each lane's plan.
+    lanes: list[tuple[str, PointTest, str]] | None = None
+    lane_plans: dict[str, _Plan] = field(default_factory=dict)
+    lane_rule: str | None = None
+
+    def lane_for(self, point: Mapping[str, Any]) -> _Plan:
+        """The plan of the lane the backend runs at ``point`` (axis values), its answer saying so."""
+        assert self.lanes is not None
+        for lane, test, reason in self.lanes:
+            if test(point):
+                sub = self.lane_plans[lane]
+                template = replace(sub.template, lane={"kernel_source": lane, "rule": reason})
+                return replace(sub, template=template)
+        raise AssertionError("lane tests cover every point")
 
 
 @dataclass
@@ -213,7 +248,7 @@ def _field_help(keyed: KeyedTable) -> str:
     return f"{keyed.ref.table} keys: {', '.join(key_columns(keyed))}; heads: {heads}"
 
 
-def _as_int(name: str, value: Any, keyed: KeyedTable, *, minimum: int = 0) -> int:
+def _as_int(name: str, value: Any, keyed: KeyedTable | None, *, minimum: int = 0) -> int:
     if isinstance(value, bool):
         ok = False
     elif isinstance(value, (int, np.integer)):
@@ -227,18 +262,21 @@ def _as_int(name: str, value: Any, keyed: KeyedTable, *, minimum: int = 0) -> in
     if not ok or int(value) < minimum:
         raise E.QueryFieldError(
             f"field {name!r} must be an integer >= {minimum}", values={"field": name, "value": value},
-            fix=_field_help(keyed))
+            fix=_field_help(keyed) if keyed is not None else f"give {name} as a whole number")
     return int(value)
 
 
-def _slot(fields: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    missing = [f for f in SLOT_FIELDS if fields.get(f) in (None, "")]
+def _slot(fields: Mapping[str, Any]) -> tuple[str, str, str, str | None]:
+    """(table, system, backend, version); a version left out is chosen later (the newest
+    covering the model's native)."""
+    missing = [f for f in SLOT_FIELDS[:3] if fields.get(f) in (None, "")]
     if missing:
         raise E.QueryFieldError(
-            f"missing field(s) {', '.join(missing)}: a query names its table, system, backend and version",
-            values={"missing": missing}, fix="see `modperf ls` for the slots the data root holds")
-    table, system, backend, version = (str(fields[f]) for f in SLOT_FIELDS)
-    return table, system, backend, version
+            f"missing field(s) {', '.join(missing)}: a query names its table, system and backend (and may name a "
+            "version)", values={"missing": missing}, fix="see `modperf ls` for the slots the data root holds")
+    table, system, backend = (str(fields[f]) for f in SLOT_FIELDS[:3])
+    version = fields.get("version")
+    return table, system, backend, None if version in (None, "") else str(version)
 
 
 class QueryEngine:
@@ -248,9 +286,12 @@ class QueryEngine:
     #: Plans kept for repeated non-numeric parts (a sweep over batch/isl reuses one plan).
     PLAN_CACHE = 4096
 
-    def __init__(self, store: TableStore, models: ModelRegistry) -> None:
+    def __init__(self, store: TableStore, models: ModelRegistry, *, annotate_quality: bool = True) -> None:
         self.store = store
         self.models = models
+        #: Whether single answers list the quality findings on the points they stand on.
+        self.annotate_quality = annotate_quality
+        self._quality_index: dict[Any, dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]] = {}
         self._indexes: dict[Any, TableIndex] = {}
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._lock = threading.Lock()
@@ -267,9 +308,38 @@ class QueryEngine:
     # -- single queries ------------------------------------------------------------------
 
     def query(self, fields: Mapping[str, Any]) -> Answer:
-        axis_names = _AXIS_NAMES
+        plan = self._cached_plan(fields)
+        point = self._point(plan, fields)
+        if plan.lanes is not None:
+            plan = plan.lane_for(dict(zip(plan.axis_fields, point)))
+        grid = plan.grid
+        found = grid.lookup(point)
+        t = plan.template
+        resolved = dict(t.fields)
+        for name, x in zip(plan.axis_fields, point):
+            if name != HEADS:
+                resolved[name] = x
+        if found.kind == REFUSED:
+            raise self._refusal(plan, point, found)
+        extrapolation = None
+        if found.distance > 0:
+            extrapolation = {
+                "distance_octaves": round(found.distance, 6), "limit_octaves": grid.limit,
+                "outside_axes": list(found.outside), "measured_range": grid.ranges(),
+                "model": "utilisation held against the roofline of " + gpu_spec(t.system).name
+                         + ("" if gpu_spec(t.system).from_file else " (default GPU: no spec file)"),
+            }
+        answer = replace(
+            t, latency_ms=found.latency_ms, kind=KIND_NAMES[found.kind],
+            locals_used=found.heads_used if found.heads_used else t.locals_used, fields=resolved,
+            extrapolation=extrapolation)
+        if self.annotate_quality:
+            answer.quality = self._quality_of(plan, point)
+        return answer
+
+    def _cached_plan(self, fields: Mapping[str, Any]) -> _Plan:
         plan_key: tuple[Any, ...] | None
-        plan_key = tuple(sorted((k, v) for k, v in fields.items() if k not in axis_names))
+        plan_key = tuple(sorted((k, v) for k, v in fields.items() if k not in _AXIS_NAMES))
         try:
             plan = self._plans.get(plan_key)
         except TypeError:  # an unhashable value: resolve without the cache
@@ -281,10 +351,12 @@ class QueryEngine:
                     self._plans.clear()
                 self._plans[plan_key] = plan
         else:
-            extra = [k for k in fields if k in axis_names and k not in plan.axis_fields]
+            extra = [k for k in fields if k in _AXIS_NAMES and k not in plan.axis_fields]
             if extra:
                 self._plan(fields)  # raises the unknown-field error with the table's keys
-        grid = plan.grid
+        return plan
+
+    def _point(self, plan: _Plan, fields: Mapping[str, Any]) -> list[int]:
         point: list[int] = []
         keyed_help = None
         for name in plan.axis_fields:
@@ -303,28 +375,9 @@ class QueryEngine:
             elif type(value) is not int or value < 0:
                 value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
             point.append(value)
-        found = grid.lookup(point)
-        t = plan.template
-        resolved = dict(t.fields)
-        for name, x in zip(plan.axis_fields, point):
-            if name != HEADS:
-                resolved[name] = x
-        if found.kind == REFUSED:
-            raise self._refusal(plan, point, found)
-        extrapolation = None
-        if found.distance > 0:
-            extrapolation = {
-                "distance_octaves": round(found.distance, 6), "limit_octaves": grid.limit,
-                "outside_axes": list(found.outside), "measured_range": grid.ranges(),
-                "model": "utilisation held against the roofline of " + gpu_spec(t.system).name
-                         + ("" if gpu_spec(t.system).from_file else " (default GPU: no spec file)"),
-            }
-        return Answer(
-            found.latency_ms, KIND_NAMES[found.kind], t.table, t.system, t.backend, t.version, t.native, t.local,
-            found.heads_used if found.heads_used else t.locals_used, t.files, t.models, resolved,
-            t.requested_native, t.substitution, t.reused_from, t.reuse_reason, extrapolation)
+        return point
 
-    def _refusal(self, plan: _Plan, point: list[int], found) -> E.OutOfCoverageError:
+    def _refusal(self, plan: _Plan, point: list[int], found: Lookup) -> E.OutOfCoverageError:
         grid = plan.grid
         coords = dict(zip(grid.axes, point))
         nearest = grid.nearest_covered(point)
@@ -341,13 +394,67 @@ class QueryEngine:
         """The grid that answers queries with these fields (the numeric axes and ``num_heads``,
         where it is a grid axis, may be left out): for diagnostics and tests."""
         vector = set(_AXIS_NAMES) | {HEADS}
-        return self._plan(fields, vector_fields={k for k in vector if k not in fields}).grid
+        plan = self._plan(fields, vector_fields={k for k in vector if k not in fields})
+        if plan.lanes is not None:
+            plan = plan.lane_for({k: fields[k] for k in plan.axis_fields if k in fields})
+        return plan.grid
+
+    # -- quality notes -----------------------------------------------------------------------
+
+    def _quality_of(self, plan: _Plan, point: list[int]) -> list[dict[str, Any]] | None:
+        """Quality findings (modperf.quality) on the measured points an answer stands on: the
+        point itself when exact, else the measured corners of its interpolation box."""
+        keyed = self.store.table(*_slot_of(plan.template))
+        findings = self._findings(keyed)
+        group = plan.findings_key
+        if not findings or group is None or group not in findings:
+            return None
+        by_point = findings[group]
+        hits: list[dict[str, Any]] = []
+        for cell in plan.grid.support(point):
+            heads = cell.get(HEADS, plan.local)
+            coords = tuple(cell[a] for a in keyed.spec.axes)
+            hits.extend(by_point.get((heads, coords), ()))
+        return hits or None
+
+    def _findings(self, keyed: KeyedTable) -> dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]:
+        """Per group of this table, per (heads, axis values): the findings of
+        ``modperf check --quality`` there, computed once per file with the files it is compared
+        with (the same system's other versions and backends of the table)."""
+        key = keyed.ref.path
+        cached = self._quality_index.get(key)
+        if cached is not None:
+            return cached
+        from .quality import Thresholds, assess_tables
+
+        siblings = [keyed]
+        for ref in self.store.catalog.select(system=keyed.ref.system, table=keyed.ref.table, physical=True):
+            if ref.path == keyed.ref.path:
+                continue
+            try:
+                siblings.append(self.store.load(ref))
+            except E.ModperfError:
+                continue  # a sibling that does not load is not a reference
+        (mine, *_) = assess_tables(siblings, Thresholds(), examples=0)
+        index: dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]] = {}
+        names = self.index(keyed).group_names
+        for f in mine.findings:
+            group = tuple(f.bucket.get(n) for n in names)
+            heads = f.bucket.get(HEADS)
+            coords = tuple(f.point[a] for a in keyed.spec.axes)
+            note = {"kind": f.kind, "point": f.point, "latency": f.latency, "reference": f.reference,
+                    "ratio": f.ratio, **({"axis": f.axis} if f.axis else {}), **f.detail}
+            index.setdefault(group, {}).setdefault((heads, coords), []).append(note)
+        with self._lock:
+            self._quality_index[key] = index
+        return index
 
     # -- vectorised ------------------------------------------------------------------------
 
     def query_many(self, fields: Mapping[str, Any]) -> Latencies:
         """Arrays for the numeric axes (and ``num_heads`` where it is the heads axis) of one
-        table group; every other field is a scalar."""
+        table group; every other field is a scalar. Where a lane rule picks the kernel by
+        shape, each point is answered from its own lane."""
         arrays = {k: v for k, v in fields.items() if isinstance(v, (np.ndarray, list, tuple))}
         scalar = {k: v for k, v in fields.items() if k not in arrays}
         probe = dict(scalar)
@@ -355,8 +462,7 @@ class QueryEngine:
             flat = np.asarray(v).ravel()
             probe[k] = int(flat[0]) if flat.size else 0
         plan = self._plan(probe, vector_fields=set(arrays))
-        grid = plan.grid
-        cols = []
+        cols: list[Any] = []
         for name in plan.axis_fields:
             if name == HEADS:
                 cols.append(np.asarray(arrays[HEADS]) if HEADS in arrays else np.asarray(plan.local))
@@ -369,13 +475,45 @@ class QueryEngine:
             else:
                 value = scalar.get(name, plan.fixed.get(name))
                 cols.append(np.asarray(value))
-        lat, kinds = grid.lookup_many(cols)
+        if plan.lanes is None:
+            lat, kinds = plan.grid.lookup_many(cols)
+            return Latencies(lat, kinds, plan.template)
+        shape = np.broadcast_shapes(*[np.shape(c) for c in cols])
+        lat = np.full(shape, np.nan)
+        kinds = np.full(shape, REFUSED, dtype=np.int8)
+        point = {name: np.broadcast_to(c, shape) for name, c in zip(plan.axis_fields, cols)}
+        for lane, test, _ in plan.lanes:
+            mask = np.broadcast_to(np.asarray(test(point), dtype=bool), shape)
+            if mask.any():
+                sub = plan.lane_plans[lane]
+                part_lat, part_kinds = sub.grid.lookup_many([np.broadcast_to(c, shape)[mask] for c in cols])
+                lat[mask], kinds[mask] = part_lat, part_kinds
         return Latencies(lat, kinds, plan.template)
 
     # -- resolution ----------------------------------------------------------------------
 
     def _plan(self, fields: Mapping[str, Any], vector_fields: set[str] | None = None) -> _Plan:
+        vector_fields = vector_fields or set()
         table, system, backend, version = _slot(fields)
+        allow_substitute = bool(fields.get("allow_substitute", False))
+        notes: list[str] = []
+
+        # -- head identity (before the table: the version default needs the native) ----------
+        model = fields.get("model")
+        config = self.models.get(str(model)) if model is not None else None
+        native_q: int | None = None
+        if config is not None:
+            native_q = config.native_heads
+            given_native = fields.get("native_heads")
+            if given_native is not None and _as_int("native_heads", given_native, None, minimum=1) != native_q:
+                raise E.QueryFieldError(
+                    f"native_heads={given_native} contradicts model {model} (num_attention_heads={native_q})",
+                    values={"model": model, "native_heads": given_native}, fix="give one of model and native_heads")
+        elif fields.get("native_heads") is not None:
+            native_q = _as_int("native_heads", fields["native_heads"], None, minimum=1)
+        version_note = None
+        if version is None:
+            version, version_note = self._default_version(system, backend, table, native_q)
         keyed = self.store.table(system, backend, version, table)
         index = self.index(keyed)
         spec, family = keyed.spec, keyed.family
@@ -386,38 +524,50 @@ class QueryEngine:
             raise E.QueryFieldError(
                 f"unknown field(s) {', '.join(map(repr, unknown))} for table {table}",
                 values={"unknown": unknown}, fix=_field_help(keyed))
-        allow_substitute = bool(fields.get("allow_substitute", False))
 
-        # -- head identity and shard -------------------------------------------------------
-        model = fields.get("model")
-        native_q = fields.get("native_heads")
+        # -- shard -------------------------------------------------------------------------------
         tp = fields.get("tp_size")
         heads = fields.get("num_heads")
-        config = None
-        if model is not None:
-            config = self.models.get(str(model))
-            native_from_model = config.native_heads
-            if native_q is not None and _as_int("native_heads", native_q, keyed, minimum=1) != native_from_model:
-                raise E.QueryFieldError(
-                    f"native_heads={native_q} contradicts model {model} (num_attention_heads={native_from_model})",
-                    values={"model": model, "native_heads": native_q}, fix="give one of model and native_heads")
-            native_q = native_from_model
-        elif native_q is not None:
-            native_q = _as_int("native_heads", native_q, keyed, minimum=1)
         tp_v = _as_int("tp_size", tp, keyed, minimum=1) if tp is not None else None
-        heads_v = _as_int("num_heads", heads, keyed, minimum=1) if heads is not None and not (
-            vector_fields and HEADS in vector_fields) else None
+        heads_v = _as_int("num_heads", heads, keyed, minimum=1) if heads is not None and HEADS not in vector_fields \
+            else None
+
+        # -- what the model fixes (modperf.resolve) ----------------------------------------------
+        given = {k: v for k, v in fields.items() if k not in SLOT_FIELDS}
+        derived: dict[str, str] = {}
+        merged = dict(fields)
+        layer_native = native_q
+        if config is not None:
+            layer = fields.get("layer")
+            d = derive(config, family, table, spec.phase, set(index.group_names) | set(spec.axes), tp=tp_v,
+                       layer=None if layer is None else str(layer), given=given)
+            layer_native = d.native
+            notes += d.notes
+            for name, value in d.fields.items():
+                if name in fields and str(fields[name]) != str(value):
+                    raise E.ContradictionError(
+                        f"{name}={fields[name]} contradicts {model}" + (f" at tp_size {tp_v}" if tp_v else "")
+                        + f": {d.reasons[name]}",
+                        values={"field": name, "given": fields[name], "derived": value, "model": model,
+                                "tp_size": tp_v},
+                        fix=f"leave {name} out (the model fixes it), or ask with native_heads / num_heads instead "
+                            "of the model to query another shape")
+                merged[name] = value
+                derived[name] = d.reasons[name]
+        elif native_q is not None and keyed.model_geometry and tier is not Tier.LOCAL:
+            notes.append("native_heads names no model: the bucket's module geometry could not be checked against "
+                         "yours (give model to check it)")
         local: int | None = heads_v
         if tp_v is not None:
-            if native_q is None:
+            if layer_native is None:
                 raise E.QueryFieldError(
                     "tp_size needs the native head count: give model or native_heads (or num_heads, the local count)",
                     values={"tp_size": tp_v}, fix=_field_help(keyed))
-            local_from_tp = local_heads(native_q, tp_v)
+            local_from_tp = local_heads(layer_native, tp_v)
             if heads_v is not None and heads_v != local_from_tp:
                 raise E.ShardError(
-                    f"num_heads={heads_v} contradicts native {native_q} / tp_size {tp_v} = {local_from_tp}",
-                    values={"num_heads": heads_v, "native_heads": native_q, "tp_size": tp_v},
+                    f"num_heads={heads_v} contradicts native {layer_native} / tp_size {tp_v} = {local_from_tp}",
+                    values={"num_heads": heads_v, "native_heads": layer_native, "tp_size": tp_v},
                     fix="give either tp_size or num_heads")
             local = local_from_tp
         if tier is Tier.NATIVE and native_q is not None and tp_v is None and heads_v is not None:
@@ -430,7 +580,7 @@ class QueryEngine:
             raise E.QueryFieldError(
                 f"{table} keys [native][local] ({family.title}): give model or native_heads",
                 values={"table": table}, fix=_field_help(keyed))
-        if local is None and not (vector_fields and HEADS in vector_fields) and spec.head_axis:
+        if local is None and HEADS not in vector_fields and spec.head_axis:
             raise E.QueryFieldError(
                 "missing the shard: give tp_size (local = native / tp) or num_heads (rank-local)",
                 values={"table": table}, fix=_field_help(keyed))
@@ -440,6 +590,7 @@ class QueryEngine:
                 values={"table": table}, fix=_field_help(keyed))
 
         # -- the other key columns ---------------------------------------------------------
+        keys_native = tier is not Tier.LOCAL
         resolved: dict[str, Any] = {}
         categorical = set(spec.categorical)
         missing: list[str] = []
@@ -450,34 +601,70 @@ class QueryEngine:
                 resolved[name] = tp_v
             elif name == "local_num_heads":
                 resolved[name] = local
-            elif name in fields:
-                resolved[name] = str(fields[name]) if name in categorical else _as_int(name, fields[name], keyed)
+            elif name in merged:
+                resolved[name] = str(merged[name]) if name in categorical else _as_int(name, merged[name], keyed)
             else:
                 missing.append(name)
+        defaults: dict[str, str] = {}
+        lane_options: list[str] | None = None
         if missing:
-            # A key column may be left out when the fields given leave the table one value for
-            # it (a table measuring one dtype; one kernel per dtype): that is the only answer
-            # the table can give, and the answer echoes it.
+            # A left-out key column is filled where everything known (the fields, the model's
+            # native bucket) leaves the table one value; a dtype column from the documented
+            # default (bfloat16 where measured); the kernel of a table whose backend picks it by
+            # shape, per point (a lane rule). Otherwise the query names the values it could take.
             positions = {n: i for i, n in enumerate(index.group_names)}
+            known = dict(resolved)
+            if keys_native and native_q is not None:
+                known[NATIVE if tier is Tier.NATIVE_LOCAL else HEADS] = native_q
             matching = [g for g in index.groups
-                        if all(g[positions[n]] == v for n, v in resolved.items() if n in positions)]
+                        if all(g[positions[n]] == v for n, v in known.items() if n in positions)]
+            if not matching and keys_native and native_q is not None:
+                # the native is not measured with these keys: narrow without it, so that the
+                # native resolution below names the natives present (or substitutes)
+                known.pop(NATIVE if tier is Tier.NATIVE_LOCAL else HEADS)
+                matching = [g for g in index.groups
+                            if all(g[positions[n]] == v for n, v in known.items() if n in positions)]
             if not matching:
-                given = {n: v for n, v in resolved.items() if n in positions}
-                near = sorted(index.groups, key=lambda g: (sum(g[positions[n]] != v for n, v in given.items()),
+                given_key = {n: v for n, v in known.items() if n in positions}
+                near = sorted(index.groups, key=lambda g: (sum(g[positions[n]] != v for n, v in given_key.items()),
                                                            tuple(map(str, g))))[:3]
                 raise E.NotCoveredError(
-                    f"{table} ({keyed.ref.label}) holds no bucket with {given}",
+                    f"{table} ({keyed.ref.label}) holds no bucket with {given_key}",
                     values={"nearest_covered_keys": [dict(zip(index.group_names, g)) for g in near]},
                     fix="use the values of a covered key (nearest listed)")
             for name in missing:
                 options = sorted({g[positions[name]] for g in matching}, key=_sort_key)
-                if len(options) != 1:
+                if len(options) == 1:
+                    resolved[name] = options[0]
+                    matching = [g for g in matching if g[positions[name]] == options[0]]
+                elif name in DTYPE_COLUMNS and DEFAULT_DTYPE in options:
+                    resolved[name] = DEFAULT_DTYPE
+                    defaults[name] = f"{DEFAULT_DTYPE} (the default where the table measured it; give {name} to choose)"
+                    matching = [g for g in matching if g[positions[name]] == DEFAULT_DTYPE]
+                elif spec.lane is not None and name == spec.lane.column and lane_options is None:
+                    lane_options = [str(o) for o in options]
+                else:
                     present = options or index.values.get(name, [])
                     raise E.QueryFieldError(
                         f"missing field {name!r} (the table holds {len(present)} values for the fields given: "
                         f"{', '.join(map(str, present[:8]))}{' ...' if len(present) > 8 else ''})",
-                        values={"field": name, "table": table}, fix=_field_help(keyed))
-                resolved[name] = options[0]
+                        values={"field": name, "table": table, "values": [str(v) for v in present[:8]]},
+                        fix=_field_help(keyed))
+        if lane_options is not None:
+            assert spec.lane is not None
+            geometry = self._lane_geometry(keyed, index, config, native_q)
+            partition = spec.lane.partition(lane_options, geometry)
+            if partition is None:
+                raise E.QueryFieldError(
+                    f"missing field {spec.lane.column!r}: the table holds {len(lane_options)} kernels for the fields "
+                    f"given ({', '.join(lane_options)}) and the lane rule ({spec.lane.description}) does not apply",
+                    values={"field": spec.lane.column, "table": table, "values": lane_options},
+                    fix=f"give {spec.lane.column}")
+            subs = {lane: self._plan({**fields, spec.lane.column: lane}, vector_fields) for lane, _, _ in partition}
+            first = next(iter(subs.values()))
+            return _Plan(first.grid, first.template, first.axis_fields, first.fixed, first.local,
+                         first.findings_key, lanes=partition, lane_plans=subs, lane_rule=spec.lane.description)
+
         fixed: dict[str, int] = {}
         axis_fields = []
         if heads_is_axis(keyed):
@@ -485,9 +672,14 @@ class QueryEngine:
         for a in spec.axes:
             axis_fields.append(a)
             present = index.axis_values[a]
-            if a not in fields and len(present) == 1:
+            if a in fields or a in vector_fields:
+                continue
+            if len(present) == 1:
                 fixed[a] = int(present[0])
-            elif a not in fields and not (vector_fields and a in vector_fields):
+            elif a == "step" and spec.phase == "context":
+                fixed[a] = 0  # a context query without step asks for no cached prefix
+                defaults[a] = "0 (no cached prefix; give step for a prefix)"
+            else:
                 raise E.QueryFieldError(
                     f"missing field {a!r}", values={"field": a, "table": table}, fix=_field_help(keyed))
         resolved.update({k: v for k, v in fixed.items()})
@@ -502,10 +694,10 @@ class QueryEngine:
                     out.append(resolved[name])
             return tuple(out)
 
-        keys_native = tier is not Tier.LOCAL
         requested_native = native_q if keys_native else None
         used_native = requested_native
         substitution = None
+        substituted_from = None
         group = group_for(used_native)
         if group not in index.groups:
             if keys_native:
@@ -522,6 +714,7 @@ class QueryEngine:
                             "or collect this native")
                 used_native = nearest_native(natives, native_q)
                 group = group_for(used_native)
+                substituted_from = used_native
                 substitution = (f"native {native_q} is not measured in this table; answered from the nearest "
                                 f"native bucket, {used_native} (allow_substitute)")
             else:
@@ -538,6 +731,7 @@ class QueryEngine:
                         values={"model": model, "bucket_models": list(models), "differing_fields": mismatch},
                         fix="pass allow_substitute=True (--allow-substitute) to answer from that module anyway, or "
                             f"collect {model}")
+                substituted_from = used_native
                 substitution = (f"{model} shares native {used_native} with {', '.join(models)} but its geometry "
                                 f"differs in {', '.join(sorted(mismatch))}; answered from their bucket "
                                 "(allow_substitute)")
@@ -552,14 +746,54 @@ class QueryEngine:
             resolved_fields["tp_size"] = tp_v
         if spec.head_axis:
             resolved_fields["num_heads"] = local
+        if fields.get("layer") is not None:
+            resolved_fields["layer"] = str(fields["layer"])
         resolved_fields.update({k: v for k, v in resolved.items() if k not in resolved_fields})
+        if version_note is not None:
+            notes.insert(0, version_note)
         template = Answer(
             math.nan, "", table, system, backend, version, used_native if keys_native else None,
             local if local is not None else -1, (), (str(ref.path),), models, resolved_fields,
             requested_native=requested_native, substitution=substitution,
             reused_from=ref.reuse.from_version if ref.reuse else None,
-            reuse_reason=ref.reuse.reason if ref.reuse else None)
-        return _Plan(grid, template, tuple(axis_fields), fixed, local)
+            reuse_reason=ref.reuse.reason if ref.reuse else None, substituted_from=substituted_from,
+            derived=derived, defaults=defaults, notes=notes, version_chosen=version_note is not None)
+        return _Plan(grid, template, tuple(axis_fields), fixed, local, group)
+
+    def _default_version(self, system: str, backend: str, table: str, native: int | None) -> tuple[str, str]:
+        """The newest version of the backend on the system whose table covers the native (any
+        version's table where no native is asked or the table keys none)."""
+        refs = [r for r in self.store.catalog.slots if r.system == system and r.backend == backend and r.table == table]
+        if not refs:
+            raise self.store.unknown_slot(system, backend, "(any version)", table)
+        newest = sorted(refs, key=lambda r: version_key(r.version), reverse=True)
+        for ref in newest:
+            keyed = self.store.load(ref)
+            if native is None or keyed.family.tier is Tier.LOCAL or native in keyed.natives:
+                why = (f"version {ref.version}: the newest {system}/{backend} {table}"
+                       + (f" holding native {native}" if native is not None and keyed.family.tier is not Tier.LOCAL
+                          else "") + " (give version to choose)")
+                return str(ref.version), why
+        holding = ", ".join(str(r.version) for r in newest)
+        raise E.NotCoveredError(
+            f"no {system}/{backend} version of {table} holds native {native}",
+            values={"native_heads": native, "versions": [str(r.version) for r in newest]},
+            fix=f"versions present: {holding}; query one with allow_substitute, or another backend")
+
+    def _lane_geometry(self, keyed: KeyedTable, index: TableIndex, config: ModelConfig | None,
+                       native: int | None) -> dict[str, Any]:
+        """The module geometry a lane rule reads: the model's, else that of the models that
+        measured the native's bucket."""
+        fields = keyed.family.geometry_for(keyed.ref.table)
+        if config is not None:
+            try:
+                return dict(config.geometry(fields))
+            except E.ModelError:
+                return {}
+        for model, nat in keyed.model_native.items():
+            if nat == native:
+                return dict(keyed.model_geometry.get(model, ()))
+        return {}
 
     @staticmethod
     def _natives_with(index: TableIndex, group: tuple[Any, ...], tier: Tier) -> list[int]:

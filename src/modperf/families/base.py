@@ -59,6 +59,25 @@ EXTRA_MEASUREMENTS = ("power", "power_limit")
 ZeroLatencyRule = Callable[[Mapping[str, np.ndarray], Callable[[str], np.ndarray]], np.ndarray]
 
 
+#: A predicate on a query point: receives the axis values (ints, or numpy arrays of one shape)
+#: and returns a bool or a boolean array.
+PointTest = Callable[[Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class LaneRule:
+    """How a backend picks among kernels (the values of ``column``) by shape, where they
+    partition the shape space: a query that leaves ``column`` out takes the lane the backend
+    would run. ``partition`` receives the lanes the matching buckets hold and the module's
+    geometry, and returns ``(lane, test, reason)`` triples whose tests are true on disjoint
+    points covering every point -- or None where the lanes are not the ones the rule knows
+    (then the query keeps the error that lists them)."""
+
+    column: str
+    description: str
+    partition: Callable[[Sequence[str], Mapping[str, Any]], list[tuple[str, PointTest, str]] | None]
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """Key layout of one table stem."""
@@ -78,6 +97,8 @@ class TableSpec:
     #: False for supporting tables without heads (GEMMs that a model-level estimate adds to
     #: GQA attention); they are keyed by their other columns alone.
     head_axis: bool = True
+    #: The backend's dispatch among kernels by shape, where one is declared.
+    lane: LaneRule | None = None
 
     @property
     def heads(self) -> tuple[str, ...]:

@@ -7,12 +7,13 @@ column, so they never merge with indexer rows. Which layers skip is the model's 
 schedule (index_topk_freq, indexer_types), not the module's geometry.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..models import ConfigField
 from ..roofline import GpuSpec, WorkModel
-from .base import Family, NativeSource, Tier, module_spec, register
+from .base import Family, LaneRule, NativeSource, PointTest, Tier, module_spec, register
 from .mla_module import MLA_GEOMETRY, mla_module_work
 
 
@@ -29,6 +30,31 @@ DSA_GEOMETRY = (
     ConfigField("index_topk"),
 )
 
+def sglang_context_lanes(lanes: Sequence[str], geometry: Mapping[str, Any]
+                         ) -> list[tuple[str, PointTest, str]] | None:
+    """SGLang's DSA prefill runs dense MHA while every query can attend to all of its keys
+    (isl + cached prefix <= index_topk: the top-k would select everything) and the sparse
+    indexer path beyond; the corpus measures the dense lane (``*_dense_mha_*``) exactly where
+    isl + step <= 2048 (DeepSeek-V3.2's and GLM-5's index_topk) and one indexer lane per KV
+    dtype (``*_flashmla_kv`` for fp8, ``*_flashmla_sparse`` / ``*_trtllm`` otherwise)."""
+    dense = [lane for lane in lanes if "_dense_mha" in lane]
+    sparse = [lane for lane in lanes if lane not in dense]
+    topk = geometry.get("index_topk")
+    if len(dense) != 1 or len(sparse) != 1 or not isinstance(topk, int):
+        return None
+    return [
+        (dense[0], lambda p: p["isl"] + p["step"] <= topk,
+         f"isl + step <= index_topk ({topk}): SGLang runs dense MHA"),
+        (sparse[0], lambda p: p["isl"] + p["step"] > topk,
+         f"isl + step > index_topk ({topk}): SGLang runs the indexer lane of this KV dtype"),
+    ]
+
+
+SGLANG_DSA_CONTEXT_LANES = LaneRule(
+    "kernel_source", "dense MHA where isl + step <= index_topk, else the indexer lane of the KV dtype",
+    sglang_context_lanes)
+
+
 DSA = register(
     Family(
         name="dsa",
@@ -36,7 +62,7 @@ DSA = register(
         tier=Tier.NATIVE_LOCAL,
         native_source=NativeSource.MODEL_CONFIG,
         tables=(
-            module_spec("dsa_context_module", "context"),
+            replace(module_spec("dsa_context_module", "context"), lane=SGLANG_DSA_CONTEXT_LANES),
             module_spec("dsa_generation_module", "generation"),
         ),
         geometry=DSA_GEOMETRY,

@@ -53,6 +53,36 @@ def main() -> None:
         print(f"{model:<32} {system + '/' + backend:<18} {layers:>6} {1e3 * statistics.median(runs):>15.2f} "
               f"{1e3 * runs[int(0.9 * (len(runs) - 1))]:>12.2f} {1e3 * first:>14.1f} {statistics.median(cold):>11.2f}")
     print("goals: warm 4-tp estimate of a 61-layer model < 0.5 s; cold command < 2 s (median of 5 fresh processes)")
+    composed_agreement()
+
+
+#: Where MLA module tables and the kernel, bmm and GEMM tables they can be composed from coexist.
+BOTH = [(s, "trtllm", "1.3.0rc20") for s in ("b200_sxm", "b300_sxm", "gb200", "gb300", "h100_sxm", "h200_sxm",
+                                            "rtx_pro_6000_server")]
+
+
+def composed_agreement() -> None:
+    """Composed MLA layers (kernel + bmm + GEMMs) against the module tables measured as a whole."""
+    db = modperf.open()
+    ratios: dict[str, list[float]] = {"prefill": [], "decode": []}
+    for system, backend, version in BOTH:
+        for batch, isl, osl in ((1, 1024, 256), (8, 2048, 1024), (32, 4096, 512)):
+            common = dict(model="deepseek-ai/DeepSeek-V3", system=system, backend=backend, version=version,
+                          tps=(1, 2, 4, 8), isl=isl, osl=osl, batch=batch)
+            module = estimate(db, **common, mla="module")
+            composed = estimate(db, **common, mla="composed")
+            for m, c in zip(module.tps, composed.tps):
+                for phase in ("prefill", "decode"):
+                    a, b = getattr(m, f"{phase}_ms"), getattr(c, f"{phase}_ms")
+                    if a and b:
+                        ratios[phase].append(b / a)
+    print()
+    print("composed MLA / MLA module table, DeepSeek-V3, 7 trtllm 1.3.0rc20 slots, tp 1/2/4/8, 3 shapes")
+    print(f"{'phase':<8} {'pairs':>5} {'median':>7} {'p10':>6} {'p90':>6} {'min':>6} {'max':>6}")
+    for phase, values in ratios.items():
+        v = sorted(values)
+        print(f"{phase:<8} {len(v):>5} {statistics.median(v):>7.3f} {v[len(v) // 10]:>6.3f} "
+              f"{v[9 * len(v) // 10]:>6.3f} {v[0]:>6.3f} {v[-1]:>6.3f}")
 
 
 if __name__ == "__main__":

@@ -171,3 +171,82 @@ def test_json_is_plain_data(db):
     assert [(g["label"], g["count"]) for g in doc["layers"]] == [("GQA dense (MSA model)", 3), ("MSA sparse", 57)]
     assert doc["tps"][1]["local_heads"] == 32
     assert doc["decode_rule"] == "one decode step at kv length isl + osl // 2 = 528"
+
+
+def test_one_phase_out_of_coverage_leaves_the_other_answering(db):
+    # batch 64 x isl 4095 prefills 262,080 tokens: the projection GEMM's m is 8x past the measured
+    # 32,768 (3 octaves, past the limit); the decode step of the same deployment still answers
+    est = estimate(db, model="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", tps=[1, 2], isl=4095, osl=512,
+                   batch=64)
+    assert not est.complete
+    for t in est.tps:
+        assert t.prefill_ms is None and t.prefill == []
+        assert isinstance(t.prefill_error, E.OutOfCoverageError)
+        assert str(t.prefill_error).startswith(f"GQA full layers, prefill at tp={t.tp}: gemm: point {{'m': 262080")
+        assert t.decode_error is None and t.decode_ms > 0
+    doc = est.to_dict()
+    assert doc["complete"] is False and doc["tps"][0]["prefill_ms"] is None
+    assert doc["tps"][0]["prefill_error"]["type"] == "OutOfCoverageError"
+    # nothing answering at all is the first reason, raised
+    with pytest.raises(E.OutOfCoverageError):
+        estimate(db, model="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", tps=[1], isl=4095, osl=512,
+                 batch=64, decode_kv=10_000_000)
+
+
+def test_decode_kv_and_the_checkpoint_dtype(db):
+    est = estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm", tps=[8], isl=2048,
+                   osl=512, batch=8, decode_kv=4096)
+    assert est.decode_kv == 4096 and est.decode_rule == "one decode step at kv length 4096 (decode_kv)"
+    (gen,) = est.tps[0].decode[0].components
+    assert gen.fields["step"] == 4096 and gen.fields["gemm_type"] == "fp8_block"
+    assert est.dtypes["mla_generation_module"]["gemm_type"] == "fp8_block"
+    # a dtype option that contradicts the checkpoint is refused, not priced
+    with pytest.raises(E.ContradictionError, match="gemm_type=bfloat16 contradicts deepseek-ai/DeepSeek-V3"):
+        estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm", tps=[8], isl=2048,
+                 osl=512, batch=8, dtypes={"gemm_type": "bfloat16"})
+
+
+def test_mla_without_module_tables_is_composed_from_its_parts(db):
+    """DeepSeek-V3 on h200 sglang: no MLA module tables, but the MLA kernel, mla_bmm and GEMM
+    tables are there. Each part restated as its own query."""
+    est = estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="sglang", tps=[8], isl=2048,
+                   osl=512, batch=8)
+    assert est.versions == {"context_mla": "0.5.14", "generation_mla": "0.5.14", "mla_bmm": "0.5.14",
+                            "gemm": "0.5.14"}
+    prefill, decode = est.tps[0].prefill[0], est.tps[0].decode[0]
+    assert prefill.composed and decode.composed
+    assert [c.name for c in prefill.components] == ["qkv_a_proj", "q_b_proj", "kv_b_proj", "attention", "o_proj"]
+    assert [c.name for c in decode.components] == ["qkv_a_proj", "q_b_proj", "bmm_pre", "attention", "bmm_post",
+                                                   "o_proj"]
+    slot = dict(system="h200_sxm", backend="sglang", version="0.5.14")
+
+    def gemm(m: int, n: int, k: int) -> float:
+        # fp8_block: the checkpoint's dtype; the fastest of the kernels measured for it
+        return fastest(db, ["sglang_deepgemm_gemm_nt_f8f8bf16", "sglang_sgl_kernel_fp8_scaled_mm",
+                            "sglang_torch_linear"], table="gemm", **slot, gemm_dtype="fp8_block", m=m, n=n,
+                       k=k).latency_ms
+
+    local = 128 // 8
+    t = 8 * 2048
+    expected_prefill = (gemm(t, 1536 + 512 + 64, 7168) + gemm(t, local * 192, 1536) + gemm(t, local * 256, 512)
+                        + db.query(table="context_mla", **slot, num_heads=local, batch_size=8, isl=2048, step=0,
+                                   kv_cache_dtype="bfloat16").latency_ms
+                        + gemm(t, 7168, local * 128))
+    assert prefill.per_layer_ms == pytest.approx(expected_prefill, rel=1e-12)
+    bmm = ["sglang_sgl_kernel_bmm_fp8", "sglang_torch_bmm"]
+    expected_decode = (gemm(8, 2112, 7168) + gemm(8, local * 192, 1536)
+                       + fastest(db, bmm, table="mla_bmm", **slot, op_name="mla_gen_pre", bmm_dtype="bfloat16",
+                                 num_heads=local, num_tokens=8).latency_ms
+                       + db.query(table="generation_mla", **slot, num_heads=local, batch_size=8, step=2048 + 256,
+                                  kv_cache_dtype="bfloat16").latency_ms
+                       + fastest(db, bmm, table="mla_bmm", **slot, op_name="mla_gen_post", bmm_dtype="bfloat16",
+                                 num_heads=local, num_tokens=8).latency_ms
+                       + gemm(8, 7168, local * 128))
+    assert decode.per_layer_ms == pytest.approx(expected_decode, rel=1e-12)
+    assert est.tps[0].prefill_ms == pytest.approx(61 * expected_prefill, rel=1e-12)
+    assert any("composed from context_mla, generation_mla, mla_bmm, gemm" in n for n in est.notes)
+    # where module tables exist, they are used unless composition is asked for
+    both = dict(model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="trtllm", version="1.3.0rc20", tps=[8],
+                isl=2048, osl=512, batch=8)
+    assert not estimate(db, **both).tps[0].prefill[0].composed
+    assert estimate(db, **both, mla="composed").tps[0].prefill[0].composed

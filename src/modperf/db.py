@@ -4,7 +4,7 @@ query engine over them."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +69,11 @@ class Database:
         """One latency: ``db.query(table=..., system=..., backend=..., version=..., model=... |
         native_heads=..., tp_size=... | num_heads=..., <key columns>..., allow_substitute=False)``."""
         return self.queries.query(fields)
+
+    def answer(self, fields: Mapping[str, Any], *, quality: bool = True) -> Answer:
+        """``query`` with the fields as a mapping; ``quality=False`` skips the quality notes
+        (model-level estimates, which make many queries, list them per table instead)."""
+        return self.queries.query(fields, quality=quality)
 
     def query_many(self, **fields: Any) -> Latencies:
         """Vectorised: numpy arrays for the numeric axes (batch_size, isl, step, num_tokens, and

@@ -226,12 +226,15 @@ def _slot_tables(db: Database, system: str, backend: str) -> dict[str, set[str]]
     return by_version
 
 
-def _composes(layer: AttentionLayer, by_version: Mapping[str, set[str]], version: str | None) -> bool:
+def _composes(layer: AttentionLayer, by_version: Mapping[str, set[str]], version: str | None, mla: str) -> bool:
     """An MLA layer is composed where no considered version holds its module tables but one holds
-    the kernel, bmm and GEMM tables."""
-    if layer.family != "mla_module":
+    the kernel, bmm and GEMM tables (``mla="auto"``), or always (``"composed"``, to compare the
+    two where both exist), or never (``"module"``)."""
+    if layer.family != "mla_module" or mla == "module":
         return False
     considered = [version] if version is not None else list(by_version)
+    if mla == "composed":
+        return True
     module = {t for t in (layer.context_table, layer.generation_table) if t}
     if any(module <= by_version.get(v, set()) for v in considered):
         return False
@@ -322,10 +325,10 @@ class _Estimator:
         base = {**self._slot(table), **self._dtypes_for(table), **fields, "allow_substitute": self.allow_substitute}
         pinned = self.kernel_sources.get(table)
         if pinned:
-            answer = self.db.query(**base, kernel_source=pinned)
+            answer = self.db.answer({**base, "kernel_source": pinned}, quality=False)
             return answer, self._component(name, table, answer)
         try:
-            answer = self.db.query(**base)
+            answer = self.db.answer(base, quality=False)
             return answer, self._component(name, table, answer)
         except E.QueryFieldError as exc:
             if exc.values.get("field") != "kernel_source" or not exc.values.get("values"):
@@ -335,7 +338,7 @@ class _Estimator:
         errors: list[E.ModperfError] = []
         for ks in kernels:
             try:
-                answers.append(self.db.query(**base, kernel_source=ks))
+                answers.append(self.db.answer({**base, "kernel_source": ks}, quality=False))
             except (E.NotCoveredError, E.OutOfCoverageError, E.QueryFieldError) as exc:
                 errors.append(exc)
         if not answers:  # the most specific reason: a point outside the grid, then a missing key
@@ -477,6 +480,7 @@ def estimate(
     kernel_sources: Mapping[str, str] | None = None,
     decode_mean: bool = False,
     allow_substitute: bool = False,
+    mla: str = "auto",
 ) -> Estimate:
     """Attention cost of ``model`` per prefill and per decode step at each tp (module doc)."""
     start = time.perf_counter()
@@ -503,6 +507,9 @@ def estimate(
                 f"tp={tp} does not divide the native head count {bad[0]} of {model}",
                 values={"tp": tp, "native_heads": bad[0]},
                 fix=f"use tp sizes that divide it: {', '.join(map(str, common))}")
+    if mla not in ("auto", "module", "composed"):
+        raise E.UsageError(f"mla must be auto, module or composed, not {mla!r}", values={"mla": mla},
+                           fix="auto composes MLA layers only where no module table exists")
     chosen_dtypes = {k: v for k, v in (dtypes or {}).items() if v is not None}
     unknown = sorted(set(chosen_dtypes) - set(DTYPE_COLUMNS))
     if unknown:
@@ -510,7 +517,7 @@ def estimate(
                            fix=f"dtype options are {', '.join(DTYPE_COLUMNS)}")
     notes: list[str] = []
     by_version = _slot_tables(db, system, backend)
-    composed = {layer for layer, _ in covered if _composes(layer, by_version, version)}
+    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, mla)}
     tables = _needed_tables(covered, composed)
     versions = _choose_versions(db, system, backend, version, tables, by_version, config.native_heads, notes)
     unknown_pins = sorted(set(kernel_sources or {}) - set(tables))

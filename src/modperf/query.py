@@ -307,7 +307,9 @@ class QueryEngine:
 
     # -- single queries ------------------------------------------------------------------
 
-    def query(self, fields: Mapping[str, Any]) -> Answer:
+    def query(self, fields: Mapping[str, Any], *, quality: bool | None = None) -> Answer:
+        """One answer; ``quality`` (default: the engine's ``annotate_quality``) lists the quality
+        findings on the measured points it stands on."""
         plan = self._cached_plan(fields)
         point = self._point(plan, fields)
         if plan.lanes is not None:
@@ -333,7 +335,7 @@ class QueryEngine:
             t, latency_ms=found.latency_ms, kind=KIND_NAMES[found.kind],
             locals_used=found.heads_used if found.heads_used else t.locals_used, fields=resolved,
             extrapolation=extrapolation)
-        if self.annotate_quality:
+        if self.annotate_quality if quality is None else quality:
             answer.quality = self._quality_of(plan, point)
         return answer
 
@@ -632,7 +634,9 @@ class QueryEngine:
                     f"{table} ({keyed.ref.label}) holds no bucket with {given_key}",
                     values={"nearest_covered_keys": [dict(zip(index.group_names, g)) for g in near]},
                     fix="use the values of a covered key (nearest listed)")
-            for name in missing:
+            # the lane column last: a backend picks its kernel for the dtypes already settled
+            lane_column = spec.lane.column if spec.lane is not None else None
+            for name in sorted(missing, key=lambda n: n == lane_column):
                 options = sorted({g[positions[name]] for g in matching}, key=_sort_key)
                 if len(options) == 1:
                     resolved[name] = options[0]

@@ -103,19 +103,19 @@ def derive(cfg: ModelConfig, family: Family, table: str, phase: str, key_columns
         for name, value in chosen.fields_for(phase).items():
             if family.kv_heads_key is not None and name == family.kv_heads_key:
                 continue
-            out.set(name, value, f"{model}'s {chosen.name} layers use {name} {value}")
+            out.set(name, value, f"its {chosen.name} layers use {name} {value}")
     kv_key = family.kv_heads_key
     if kv_key is not None and tp is not None:
         kv = int(chosen.fields_for(phase).get(kv_key, 0)) if chosen is not None else 0
         kv = kv or (cfg.kv_heads or native)
         out.set(kv_key, local_kv_heads(kv, tp),
-                f"{model} at tp_size {tp}: rank-local kv heads are {local_kv_heads(kv, tp)} "
-                f"({kv} kv heads" + (f", one replicated on each of {tp // kv} ranks)" if tp > kv else f" / {tp})"))
+                f"rank-local kv heads are {local_kv_heads(kv, tp)} ({kv} kv heads"
+                + (f", each replicated on {tp // kv} ranks)" if tp > kv else f" / tp {tp})"))
     quant = cfg.quantization
     for column in GEMM_DTYPE_COLUMNS:
         if column in key_columns:
             if quant.gemm is not None:
-                out.set(column, quant.gemm, f"{model}'s checkpoint stores its linear layers as {quant.gemm} "
+                out.set(column, quant.gemm, f"its checkpoint stores its linear layers as {quant.gemm} "
                                             f"({quant.source})")
             else:
                 out.notes.append(f"{column} not derived: {quant.source}")

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from . import errors as E
 from .catalog import TableRef
-from .codes import factorize, to_numpy, unique_codes
+from .codes import combine, factorize, to_numpy, unique_codes
 from .families.base import (
     ARCHITECTURE,
     EXTRA_MEASUREMENTS,
@@ -306,6 +306,8 @@ def validate_table(
     stale_rows = np.zeros(n, dtype=bool)
     if family.stale_guard and TP in integers and HEADS in integers:
         stale_rows = _stale_fingerprint(out, model, version, integers, path, n)
+        if family.tier is Tier.LOCAL and not stale_rows.any():
+            stale_rows = _stale_chains(out, spec, categorical, integers, path, n)
     if native is not None and HEADS in integers and TP in integers and model is not None:
         heads, tp = integers[HEADS], integers[TP]
         known_rows = row_config_ok & (native > 0)
@@ -368,6 +370,60 @@ def _stale_fingerprint(out: _Collector, model: Categorical | None, version: Cate
                 "then --execute)",
         )
     return stale
+
+
+def stale_chain_rows(spec: TableSpec, categorical: dict[str, Categorical], integers: dict[str, np.ndarray],
+                     n: int) -> np.ndarray:
+    """Rows of chains stored the retired way, in a local-only table that records tp_size.
+
+    A *chain* is the rows equal in every key column but num_heads and tp_size (one shape, one
+    dtype set, measured at several tp). Rank-local rows keep ``num_heads * tp_size`` at the
+    chain's natives, so a chain holds at least as many distinct head counts as distinct
+    products; the native convention keeps ``num_heads`` at the natives, so every tp adds a
+    product: more products than head counts, with tp varying, is the stale fingerprint --
+    per chain, which catches files mixing several natives' chains (each constant in heads)
+    that the per-model fingerprint cannot see."""
+    heads, tp = integers[HEADS], integers[TP]
+    codes: list[np.ndarray] = []
+    cards: list[int] = []
+    for name in spec.categorical:
+        if name in categorical:
+            codes.append(categorical[name].codes.astype(np.int64))
+            cards.append(max(len(categorical[name].values), 1))
+    for name in (*spec.discrete, *spec.axes):
+        if name in integers and name not in (HEADS, TP):
+            uniq, inv = factorize(integers[name])
+            codes.append(inv)
+            cards.append(max(int(uniq.size), 1))
+    chain = combine(codes, cards, n) if codes else np.zeros(n, dtype=np.int64)
+    chains, chain = factorize(chain)
+
+    def distinct_per_chain(values: np.ndarray) -> np.ndarray:
+        uniq, code = factorize(values)
+        return np.bincount(unique_codes(chain * uniq.size + code) // uniq.size, minlength=chains.size)
+
+    tps, heads_n, products = distinct_per_chain(tp), distinct_per_chain(heads), distinct_per_chain(heads * tp)
+    stale = (tps >= 2) & (products > heads_n)
+    return stale[chain]
+
+
+def _stale_chains(out: _Collector, spec: TableSpec, categorical: dict[str, Categorical],
+                  integers: dict[str, np.ndarray], path: Path, n: int) -> np.ndarray:
+    rows = stale_chain_rows(spec, categorical, integers, n)
+    if rows.any():
+        where = _rows(rows)
+        heads, tp = integers[HEADS], integers[TP]
+        out.add(
+            E.StaleConventionError,
+            "stale head-axis convention in tp chains: within rows equal in every key but num_heads and tp_size, "
+            "num_heads stays at the chain's native while tp_size varies (the retired native convention; the "
+            "rows would key the wrong local count)",
+            rows=where,
+            values={"num_heads": np.unique(heads[rows]).tolist()[:8], "tp_sizes": np.unique(tp[rows]).tolist()[:8]},
+            fix=f"run `modperf migrate {path}` to rewrite num_heads = num_heads // tp_size on these chains (dry run "
+                "first, then --execute)",
+        )
+    return rows
 
 
 def _report_by_model(out: _Collector, cls: type[E.ModperfError], bad: np.ndarray, model: Categorical,

@@ -54,3 +54,13 @@ def test_missing_native_exit_1_then_substitute():
     assert allowed.exit_code == 0
     assert "substitution tp=8: native 64 is not measured in this table; answered from the nearest native bucket, 128" \
         in allowed.stdout
+
+
+def test_a_phase_out_of_coverage_prints_the_rest_and_exits_1():
+    args = ["estimate", "--model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--backend", "vllm", "--isl", "4095",
+            "--osl", "512", "--batch", "64", "--tp", "1,2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "not covered" in result.stdout and "decode step (kv 4351)" in result.stdout
+    doc = json.loads(runner.invoke(app, [*args, "--json", "--decode-kv", "1024"]).stdout)
+    assert doc["decode_kv"] == 1024 and doc["tps"][1]["decode_ms"] > 0 and doc["tps"][1]["prefill_ms"] is None

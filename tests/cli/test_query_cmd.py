@@ -78,3 +78,15 @@ def test_batch_from_stdin_with_slot_defaults() -> None:
     result = runner.invoke(app, ["query", *SLOT, "--batch", "-"], input=stdin)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["latency_ms"] == 0.6848
+
+
+def test_layer_and_version_default_from_the_command_line() -> None:
+    args = ["query", "context_attention", "--system", "h200_sxm", "--backend", "sglang", "--model",
+            "openai/gpt-oss-120b", "--tp", "8", "--batch-size", "4", "--isl", "2048"]
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "give layer" in refused.stderr
+    answer = json.loads(runner.invoke(app, [*args, "--layer", "sliding", "--json"]).stdout)
+    assert answer["version"] == "0.5.14" and answer["version_chosen"] is True
+    assert answer["fields"]["window_size"] == 128 and answer["fields"]["layer"] == "sliding"
+    text = runner.invoke(app, [*args, "--layer", "sliding"]).stdout
+    assert "from the model" in text and "window_size: its sliding layers use window_size 128" in text

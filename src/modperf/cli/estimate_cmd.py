@@ -50,24 +50,31 @@ def print_estimate(est: Estimate) -> None:
         grid.add_row(escape(label), *[cell(t) for t in est.tps])
 
     row("local heads", lambda t: str(t.local_heads))
-    for i, cost in enumerate(est.tps[0].prefill):
-        row(f"{cost.label} x{cost.count} prefill", lambda t, i=i: f"{t.prefill[i].total_ms:.3f}")
-    row("prefill total", lambda t: f"[bold]{t.prefill_ms:.3f}[/]")
-    for i, cost in enumerate(est.tps[0].decode):
-        row(f"{cost.label} x{cost.count} decode", lambda t, i=i: f"{t.decode[i].total_ms:.4f}")
-    row(f"decode step (kv {est.decode_kv})", lambda t: f"[bold]{t.decode_ms:.4f}[/]")
-    if est.tps[0].decode_mean_ms is not None:
-        row(f"decode mean (kv {est.isl}..{est.isl + est.osl - 1})", lambda t: f"{t.decode_mean_ms:.4f}")
+    labels = [(c.label, c.count, c.composed) for c in _first(est, "prefill")] or \
+        [(c.label, c.count, c.composed) for c in _first(est, "decode")]
+    for i, (label, count, composed) in enumerate(labels):
+        tag = " (composed)" if composed else ""
+        row(f"{label} x{count} prefill{tag}", lambda t, i=i: _cell(t, "prefill", i, 3))
+    row("prefill total", lambda t: _total(t, "prefill", 3))
+    for i, (label, count, composed) in enumerate(labels):
+        tag = " (composed)" if composed else ""
+        row(f"{label} x{count} decode{tag}", lambda t, i=i: _cell(t, "decode", i, 4))
+    row(f"decode step (kv {est.decode_kv})", lambda t: _total(t, "decode", 4))
+    if any(t.decode_mean_ms is not None for t in est.tps):
+        row(f"decode mean (kv {est.isl}..{est.isl + est.osl - 1})",
+            lambda t: f"{t.decode_mean_ms:.4f}" if t.decode_mean_ms is not None else "-")
     row("prefill layer queries", lambda t: _kinds(t.kinds("prefill")))
     row("decode layer queries", lambda t: _kinds(t.kinds("decode")))
-    for i, cost in enumerate(est.tps[0].prefill):
-        row(f"{cost.label} natives (prefill)", lambda t, i=i: _native(t, i))
-    for i, cost in enumerate(est.tps[0].prefill):
-        row(f"{cost.label} kernel (prefill)",
-            lambda t, i=i: escape(str(t.prefill[i].components[0].kernel_source or "-")))
-        row(f"{cost.label} kernel (decode)",
-            lambda t, i=i: escape(str(t.decode[i].components[0].kernel_source or "-")))
+    for i, (label, _, _) in enumerate(labels):
+        row(f"{label} natives (prefill)", lambda t, i=i: _native(t, i))
+    for i, (label, _, _) in enumerate(labels):
+        row(f"{label} kernel (prefill)", lambda t, i=i: _kernel(t, "prefill", i))
+        row(f"{label} kernel (decode)", lambda t, i=i: _kernel(t, "decode", i))
     console.print(grid)
+    for t in est.tps:
+        for phase, err in (("prefill", t.prefill_error), ("decode", t.decode_error)):
+            if err is not None:
+                console.print(f"[red]not covered[/] tp={t.tp} {phase}: {escape(str(err))}", soft_wrap=True)
     for t in est.tps:
         for sub in t.substitutions:
             console.print(f"[yellow]substitution[/] tp={t.tp}: {escape(sub)}", soft_wrap=True)
@@ -76,8 +83,44 @@ def print_estimate(est: Estimate) -> None:
         console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
 
 
+def _first(est: Estimate, phase: str) -> list:
+    for t in est.tps:
+        costs = t.prefill if phase == "prefill" else t.decode
+        if costs:
+            return costs
+    return []
+
+
+def _costs(t: TpEstimate, phase: str) -> list:
+    return t.prefill if phase == "prefill" else t.decode
+
+
+def _cell(t: TpEstimate, phase: str, i: int, digits: int) -> str:
+    costs = _costs(t, phase)
+    return f"{costs[i].total_ms:.{digits}f}" if i < len(costs) else "[red]n/c[/]"
+
+
+def _total(t: TpEstimate, phase: str, digits: int) -> str:
+    value = t.prefill_ms if phase == "prefill" else t.decode_ms
+    return f"[bold]{value:.{digits}f}[/]" if value is not None else "[red]not covered[/]"
+
+
+def _attention(t: TpEstimate, phase: str, i: int):
+    costs = _costs(t, phase)
+    if i >= len(costs):
+        return None
+    return next((c for c in costs[i].components if c.name == "attention"), costs[i].components[0])
+
+
+def _kernel(t: TpEstimate, phase: str, i: int) -> str:
+    comp = _attention(t, phase, i)
+    return escape(str(comp.kernel_source or "-")) if comp is not None else "-"
+
+
 def _native(t: TpEstimate, i: int) -> str:
-    comp = t.prefill[i].components[0]
+    comp = _attention(t, "prefill", i) or _attention(t, "decode", i)
+    if comp is None:
+        return "-"
     return "local-only" if comp.native is None else str(comp.native)
 
 
@@ -99,8 +142,11 @@ def estimate_command(
     mla_dtype: Annotated[str | None, typer.Option("--mla-dtype")] = None,
     gemm_type: Annotated[str | None, typer.Option("--gemm-type", help="Module projection dtype.")] = None,
     gemm_dtype: Annotated[str | None, typer.Option("--gemm-dtype", help="GQA projection GEMM dtype.")] = None,
+    bmm_dtype: Annotated[str | None, typer.Option("--bmm-dtype", help="MLA bmm dtype (composed MLA layers).")] = None,
     kernel_source: Annotated[list[str] | None, typer.Option(
         "--kernel-source", help="Pin a kernel: TABLE=KERNEL (repeatable).")] = None,
+    decode_kv: Annotated[int | None, typer.Option("--decode-kv", help="KV length of the decode step priced "
+                                                  "(default isl + osl // 2).")] = None,
     decode_mean: Annotated[bool, typer.Option("--decode-mean", help="Also the mean over every decode step.")] = False,
     allow_substitute: Annotated[bool, typer.Option(
         "--allow-substitute", help="Answer a missing native from the nearest one, flagged.")] = False,
@@ -108,14 +154,19 @@ def estimate_command(
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Attention cost of a model per prefill and per decode step at each tp (docs/estimate.md)."""
+    """Attention cost of a model per prefill and per decode step at each tp (docs/estimate.md).
+
+    Exit 0 when every phase at every tp answered, 1 when some phase is not covered (the rest is
+    printed) or nothing is, 2 on usage errors."""
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     dtypes = {"kv_cache_dtype": kv_cache_dtype, "attn_dtype": attn_dtype, "mla_dtype": mla_dtype,
-              "gemm_type": gemm_type, "gemm_dtype": gemm_dtype}
+              "gemm_type": gemm_type, "gemm_dtype": gemm_dtype, "bmm_dtype": bmm_dtype}
     est = estimate(db, model=model, system=system, backend=backend, tps=parse_tps(tp), isl=isl, osl=osl, batch=batch,
-                   prefix=prefix, version=version, dtypes=dtypes, kernel_sources=_pins(kernel_source),
-                   decode_mean=decode_mean, allow_substitute=allow_substitute)
+                   prefix=prefix, decode_kv=decode_kv, version=version, dtypes=dtypes,
+                   kernel_sources=_pins(kernel_source), decode_mean=decode_mean, allow_substitute=allow_substitute)
     if json_out:
         emit_json(est.to_dict())
     else:
         print_estimate(est)
+    # a phase out of coverage at some tp: the rest is printed, and the exit code says it is partial
+    raise typer.Exit(0 if est.complete else 1)

@@ -60,21 +60,37 @@ def print_answer(answer: dict[str, Any]) -> None:
     kind = answer["kind"]
     style = {"exact": "green", "interpolated": "cyan", "extrapolated": "yellow"}.get(kind, "white")
     console.print(f"[bold]{answer['latency_ms']:.6g} ms[/]  [{style}]{kind}[/]")
+    if answer.get("substituted_from") is not None:
+        console.print(f"[bold yellow]SUBSTITUTED[/]: answered from native bucket {answer['substituted_from']}, not "
+                      f"the native asked ({answer['requested_native']}): {escape(str(answer['substitution']))}",
+                      soft_wrap=True)
+    if answer.get("quality"):
+        console.print(f"[bold yellow]QUALITY[/]: {len(answer['quality'])} finding(s) of `modperf check --quality` on "
+                      "the measured points this answer stands on:", soft_wrap=True)
+        for q in answer["quality"]:
+            ratio = f"{q['ratio']:,.1f}x" if q.get("ratio") is not None else "-"
+            console.print(f"  {q['kind']} at {q['point']}: {q['latency']:g} ms vs {q['reference']:g} ms ({ratio})",
+                          soft_wrap=True)
     grid = Table(show_header=False, box=None, pad_edge=False)
     grid.add_column(style="dim")
     grid.add_column(overflow="fold")
     f = answer["fields"]
-    grid.add_row("slot", f"{answer['system']}/{answer['backend']}/{answer['version']}/{answer['table']}")
+    slot = f"{answer['system']}/{answer['backend']}/{answer['version']}/{answer['table']}"
+    grid.add_row("slot", slot + (" (default version)" if answer.get("version_chosen") else ""))
     heads = f"local {answer['local']}"
     if answer["native"] is not None:
         heads = f"native {answer['native']}, " + heads
     grid.add_row("heads", heads + f" (measured locals used: {', '.join(map(str, answer['locals_used']))})")
     key = {k: v for k, v in f.items() if k not in ("table", "system", "backend", "version")}
-    grid.add_row("key", ", ".join(f"{k}={v}" for k, v in key.items()))
-    grid.add_row("models", ", ".join(answer["models"]) or "-")
-    grid.add_row("files", "\n".join(answer["files"]))
-    if answer["substitution"]:
-        grid.add_row("substitution", f"[yellow]{escape(answer['substitution'])}[/]")
+    grid.add_row("key", escape(", ".join(f"{k}={v}" for k, v in key.items())))
+    for name, why in (answer.get("derived") or {}).items():
+        grid.add_row("from the model", escape(f"{name}: {why}"))
+    for name, why in (answer.get("defaults") or {}).items():
+        grid.add_row("default", escape(f"{name}: {why}"))
+    if answer.get("lane"):
+        grid.add_row("lane", escape(f"{answer['lane']['kernel_source']}: {answer['lane']['rule']}"))
+    grid.add_row("models", escape(", ".join(answer["models"]) or "-"))
+    grid.add_row("files", escape("\n".join(answer["files"])))
     if answer["reused_from"]:
         grid.add_row("reuse", f"answered by version {answer['reused_from']} (reuse.yaml"
                      + (f": {escape(str(answer['reuse_reason']))})" if answer["reuse_reason"] else ")"))
@@ -82,6 +98,8 @@ def print_answer(answer: dict[str, Any]) -> None:
         x = answer["extrapolation"]
         grid.add_row("extrapolation", f"{x['distance_octaves']:.3g} of {x['limit_octaves']:g} octave(s), "
                      f"{escape(x['model'])}; measured range {x['measured_range']}")
+    for note in answer.get("notes") or ():
+        grid.add_row("note", escape(note))
     console.print(grid)
 
 
@@ -93,7 +111,8 @@ def query_command(
         help="Table stem, e.g. mla_context_module.", show_default=False)] = None,
     system: Annotated[str | None, typer.Option("--system", help="System, e.g. h200_sxm.")] = None,
     backend: Annotated[str | None, typer.Option("--backend", help="Backend: sglang, vllm, trtllm.")] = None,
-    version: Annotated[str | None, typer.Option("--version", help="Backend version folder.")] = None,
+    version: Annotated[str | None, typer.Option("--version", help="Backend version folder (default: the newest "
+                                                "holding the model's native).")] = None,
     model: Annotated[str | None, typer.Option(
         "--model", help="HF model id; its native heads come from its config.")] = None,
     native_heads: Annotated[int | None, typer.Option(
@@ -111,6 +130,10 @@ def query_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Latency of one module shape: give the key columns as --FIELD VALUE (e.g. --batch-size 8 --isl 4096).
+
+    With --model and --tp the keys the model fixes are derived (heads, kv heads, head_dim, window,
+    op_name, the checkpoint's GEMM dtype); --layer picks the layer kind where a model runs several on
+    one table (e.g. --layer sliding).
 
     Exit codes: 0 answered (every line, with --batch), 1 not covered / out of coverage (or any
     batch line failed), 2 usage errors.

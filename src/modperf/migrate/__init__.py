@@ -167,7 +167,7 @@ def plan_file(ref: TableRef, registry: ModelRegistry, *, model: str | None = Non
         plan.pattern = NO_TP_AXIS
         plan.notes.append("no tp_size column: num_heads is the local count by construction; nothing to migrate")
     else:
-        plan_stale(plan, table, registry, model, read_full)
+        plan_stale(plan, table, registry, model, read_full, family)
     if not plan.will_write or plan.refusals:
         return plan
     try:

@@ -11,8 +11,9 @@ import numpy as np
 import pyarrow as pa
 
 from .. import errors as E
-from ..families.base import HEADS, MODEL, TP
+from ..families.base import HEADS, MODEL, TP, Family, Tier
 from ..models import ModelRegistry
+from ..validate import Categorical, stale_chain_rows
 from .plan import (
     GROUP_RANK_LOCAL,
     GROUP_REFUSED,
@@ -106,10 +107,67 @@ def _refusal_errors(plan: FilePlan, refused: list[tuple[GroupPlan, type[E.Modper
         ))
 
 
+def _stale_chains(table: pa.Table, family: Family, table_name: str) -> np.ndarray:
+    """Rows of a model-less local-only table whose tp chains keep num_heads at the chain's native
+    (:func:`modperf.validate.stale_chain_rows`: the loader's own rule)."""
+    spec = family.spec(table_name)
+    names = set(table.column_names)
+    categorical = {}
+    for name in spec.categorical:
+        if name in names:
+            codes, values = strings(table.column(name))
+            categorical[name] = Categorical(codes.astype(np.int32), values)
+    integers = {name: ints(table, name) for name in (*spec.discrete, *spec.axes, HEADS, TP) if name in names}
+    return stale_chain_rows(spec, categorical, integers, table.num_rows)
+
+
+def _plan_stale_chains(plan: FilePlan, table: pa.Table, family: Family) -> bool:
+    """Plan the rewrite of the stale chains of a model-less local-only table, whose native
+    convention stored each chain's native in num_heads; False where no chain is stale."""
+    rows = _stale_chains(table, family, plan.table)
+    if not rows.any():
+        return False
+    heads, tp = ints(table, HEADS), ints(table, TP)
+    plan.pattern = STALE
+    plan.groups = []
+    for value in sorted_unique(heads[rows]):
+        members = np.flatnonzero(rows & (heads == value))
+        gt = tp[members]
+        gp = GroupPlan(None, None, int(members.size), value, sorted_unique(gt), [value], GROUP_STALE,
+                       reason=f"tp chains at native {value}: num_heads held at the native while tp_size varies")
+        plan.groups.append(gp)
+        undivided = [int(t) for t in np.unique(gt) if value % int(t)]
+        if undivided:
+            gp.status = GROUP_REFUSED
+            plan.refuse(E.HeadsNotDivisibleError(
+                f"stale chains at native {value} hold tp sizes {undivided} that do not divide it", file=plan.source,
+                rows=members[: E.ROWS_SHOWN].tolist(), row_count=int(members.size),
+                values={"native": value, "tp_sizes": undivided},
+                fix="re-collect these chains with rank-local num_heads"))
+            continue
+        gp.num_heads_after = {int(t): value // int(t) for t in np.unique(gt)}
+        gp.rows_changed = int((gt > 1).sum())
+    plan.notes.append("no model column: each stale chain's native is the num_heads it holds constant (what the "
+                      "native convention stored); the loader's per-chain rule found the chains")
+    if not plan.ok:
+        return True
+    natives = np.where(rows, heads, -1)
+    new_heads = np.where(rows, heads // np.where(rows, tp, 1), heads)
+    plan.source_table = table
+    plan.native_per_row = natives
+    index = table.schema.get_field_index(HEADS)
+    heads_field = table.schema.field(index)
+    plan.migrated = table.set_column(index, heads_field, pa.array(new_heads, type=heads_field.type))
+    plan.rows_changed = int((new_heads != heads).sum())
+    plan.action = REWRITE
+    return True
+
+
 def plan_stale(plan: FilePlan, table: pa.Table, registry: ModelRegistry, model: str | None,
-                read_full: Callable[[], pa.Table]) -> None:
+               read_full: Callable[[], pa.Table], family: Family | None = None) -> None:
     """``table`` holds at least model, version, num_heads and tp_size; ``read_full`` reads the
-    whole file once a rewrite is planned."""
+    whole file once a rewrite is planned (or, for a model-less local-only table whose groups
+    show no fingerprint, to look for stale tp chains of several natives)."""
     if not usable_head_columns(plan, table):
         return
     has_model = MODEL in table.column_names
@@ -151,6 +209,15 @@ def plan_stale(plan: FilePlan, table: pa.Table, registry: ModelRegistry, model: 
             gp.rows_changed = int((gh != gp.native // gt).sum())
     plan.groups = groups
     plan.native_per_row = native_per_row
+    fingerprinted = any(g.status != GROUP_RANK_LOCAL for g in groups)
+    if not has_model and not fingerprinted and family is not None and family.tier is Tier.LOCAL:
+        try:
+            full = read_full()
+        except E.ModperfError as exc:
+            plan.refuse(exc)
+            return
+        if _plan_stale_chains(plan, full, family):
+            return
     if needs_model:
         plan.refuse(E.ModelRequiredError(
             "num_heads is constant while tp_size varies (the stale fingerprint), and the table has no model column "

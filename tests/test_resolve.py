@@ -309,3 +309,20 @@ def test_stale_two_chain_kernel_table_is_rejected_then_migrated(db: modperf.Data
     assert migrate([path], execute=True).ok
     assert pq.read_table(path).equals(source)  # the rank-local original, exactly
     assert modperf.check([str(path)]).ok
+
+
+def test_a_served_variant_names_its_dtypes(db: modperf.Database) -> None:
+    """``ORG/NAME@DTYPE``: one geometry served in other dtypes than its checkpoint's."""
+    q = dict(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0", kernel_source="FLASH_ATTN",
+             mla_dtype="bfloat16", kv_cache_dtype="bfloat16", tp_size=4, batch_size=4, isl=2048)
+    nvfp4 = db.query(**q, model="deepseek-ai/DeepSeek-V3@nvfp4")
+    bf16 = db.query(**q, model="deepseek-ai/DeepSeek-V3@gemm=bfloat16")
+    assert (nvfp4.fields["gemm_type"], bf16.fields["gemm_type"]) == ("nvfp4", "bfloat16")
+    assert [nvfp4.latency_ms] == stored(db, "gb300", "vllm", "0.27.0", "mla_context_module",
+                                        model="deepseek-ai/DeepSeek-V3", gemm_type="nvfp4", kernel_source="FLASH_ATTN",
+                                        mla_dtype="bfloat16", kv_cache_dtype="bfloat16", num_heads=32, batch_size=4,
+                                        isl=2048)
+    assert bf16.latency_ms == 0.7654 and nvfp4.models == ("deepseek-ai/DeepSeek-V3",)
+    assert nvfp4.derived["gemm_type"].startswith("it is served with its linear layers as nvfp4 (served as nvfp4")
+    with pytest.raises(E.UnknownModelError, match="cannot read the served-dtype suffix"):
+        db.query(**q, model="deepseek-ai/DeepSeek-V3@fp8=oops,=")

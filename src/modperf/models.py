@@ -64,6 +64,9 @@ class ModelConfig:
     raw: dict[str, Any]
     #: The companion ``org--Name_hf_quant_config.json`` (ModelOpt checkpoints), when present.
     hf_quant: dict[str, Any] | None = None
+    #: Weights served in other dtypes than the checkpoint's (``ORG/NAME@...``, see
+    #: :meth:`ModelRegistry.get`): replaces :attr:`quantization`.
+    served: Quantization | None = None
 
     @property
     def text(self) -> dict[str, Any]:
@@ -117,8 +120,9 @@ class ModelConfig:
 
     @property
     def quantization(self) -> Quantization:
-        """What the checkpoint's weights are stored as (module doc of :class:`Quantization`)."""
-        return Quantization.of(self)
+        """What the checkpoint's weights are stored as (module doc of :class:`Quantization`), or
+        what an ``@`` id says they are served as."""
+        return self.served if self.served is not None else Quantization.of(self)
 
     def geometry(self, fields: Sequence[ConfigField]) -> tuple[tuple[str, Any], ...]:
         """(field, value) pairs for the fields a module reads, plus the native count."""
@@ -253,9 +257,15 @@ class ModelRegistry:
         return model_id in self._paths
 
     def get(self, model_id: str) -> ModelConfig:
+        """The config of ``model_id``. ``ORG/NAME@DTYPE`` (or ``@gemm=DTYPE,moe=DTYPE``) is the same
+        model served with its weights in other dtypes than its checkpoint's (a quantized variant
+        of one geometry, e.g. ``deepseek-ai/DeepSeek-R1@nvfp4``): the dtypes it derives follow
+        the suffix instead of the checkpoint's ``quantization_config``."""
         cached = self._cache.get(model_id)
         if cached is not None:
             return cached
+        if "@" in str(model_id):
+            return self._served(str(model_id))
         path = self._paths.get(model_id)
         if path is None:
             near = self.nearest(model_id)
@@ -279,6 +289,30 @@ class ModelRegistry:
                 f"config of {model_id} is not a JSON object", file=path, fix="replace the file"
             )
         config = ModelConfig(model_id, path, raw, self._hf_quant(model_id, path))
+        self._cache[model_id] = config
+        return config
+
+    def _served(self, model_id: str) -> ModelConfig:
+        base_id, _, spec = model_id.partition("@")
+        base = self.get(base_id)
+        dtypes: dict[str, str] = {}
+        for part in spec.split(","):
+            key, eq, value = part.partition("=")
+            if not eq:
+                key, value = "both", key
+            key, value = key.strip(), value.strip()
+            if key not in ("both", "gemm", "moe") or not value:
+                raise UnknownModelError(
+                    f"cannot read the served-dtype suffix of {model_id!r}", values={"model": model_id},
+                    fix="write ORG/NAME@DTYPE (e.g. @nvfp4) or ORG/NAME@gemm=DTYPE,moe=DTYPE")
+            if key == "both":
+                dtypes["gemm"] = dtypes["moe"] = value
+            else:
+                dtypes[key] = value
+        own = base.quantization
+        served = Quantization(dtypes.get("gemm", own.gemm), dtypes.get("moe", own.moe),
+                              f"served as {spec} ({model_id}; the checkpoint says: {own.source})")
+        config = ModelConfig(model_id, base.path, base.raw, base.hf_quant, served)
         self._cache[model_id] = config
         return config
 

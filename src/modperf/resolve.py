@@ -115,8 +115,8 @@ def derive(cfg: ModelConfig, family: Family, table: str, phase: str, key_columns
     for column in GEMM_DTYPE_COLUMNS:
         if column in key_columns:
             if quant.gemm is not None:
-                out.set(column, quant.gemm, f"its checkpoint stores its linear layers as {quant.gemm} "
-                                            f"({quant.source})")
+                held = "it is served with" if cfg.served is not None else "its checkpoint stores"
+                out.set(column, quant.gemm, f"{held} its linear layers as {quant.gemm} ({quant.source})")
             else:
                 out.notes.append(f"{column} not derived: {quant.source}")
     for name in [n for n in out.fields if n not in key_columns]:

@@ -52,3 +52,24 @@ def test_config_without_layer_count(tmp_path):
     (tmp_path / "acme--Tiny_config.json").write_text('{"num_attention_heads": 8}')
     with pytest.raises(E.ModelConfigError, match="has no positive num_hidden_layers"):
         layer_schedule(ModelRegistry([tmp_path]).get("acme/Tiny"))
+
+
+def test_ffn_schedules_from_configs(models) -> None:
+    from modperf.layers import ffn_groups
+
+    def groups(model: str) -> list[tuple[str, int]]:
+        return [(f.label, n) for f, n in ffn_groups(models.get(model))]
+
+    # DeepSeek: first_k_dense_replace 3 dense layers, then routed experts + one shared expert
+    assert groups("deepseek-ai/DeepSeek-V3") == [("dense MLP (18432)", 3), ("MoE 256x2048 top-8 + shared 2048", 58)]
+    assert groups("Qwen/Qwen3-235B-A22B-FP8") == [("MoE 128x1536 top-8", 94)]
+    assert groups("Qwen/Qwen3-32B") == [("dense MLP (25600)", 64)]
+    assert groups("Qwen/Qwen3.5-397B-A17B") == [("MoE 512x1024 top-10 + shared 1024", 60)]
+    assert groups("openai/gpt-oss-120b") == [("MoE 128x2880 top-4", 36)]
+    # a per-layer moe_layer_freq list (MiniMax-M3), Llama-4's interleave step
+    assert groups("MiniMaxAI/MiniMax-M3") == [("dense MLP (3072)", 3), ("MoE 128x3072 top-4 + shared 3072", 57)]
+    assert groups("meta-llama/Llama-4-Maverick-17B-128E-Instruct") == [("dense MLP (16384)", 24),
+                                                                         ("MoE 128x8192 top-1", 24)]
+    # latent MoE: the experts read the latent width, not the model's hidden size
+    (nemotron, _), = ffn_groups(models.get("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8"))
+    assert (nemotron.hidden, nemotron.experts, nemotron.topk) == (1024, 512, 22)

@@ -246,3 +246,104 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
         sched.layers.append(_gqa(native, kv, hd, window if in_window else 0,
                                  f"GQA sliding({window})" if in_window else "GQA full"))
     return sched
+
+
+# --- feed-forward blocks --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FfnLayer:
+    """One kind of feed-forward block. ``dense``: a gated MLP of width ``inter``; ``moe``: a
+    router over ``experts`` routed experts of width ``inter`` (the model's per-expert size), each
+    token taking ``topk``, plus shared experts of total width ``shared_inter``. ``hidden`` is the
+    experts' input width (the model's hidden size, or a latent MoE width)."""
+
+    kind: str  # dense | moe
+    inter: int
+    hidden: int
+    experts: int = 0
+    topk: int = 0
+    shared_inter: int = 0
+
+    @property
+    def label(self) -> str:
+        if self.kind == "dense":
+            return f"dense MLP ({self.inter})"
+        shared = f" + shared {self.shared_inter}" if self.shared_inter else ""
+        return f"MoE {self.experts}x{self.inter} top-{self.topk}{shared}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "label": self.label, "inter": self.inter, "hidden": self.hidden,
+                "experts": self.experts, "topk": self.topk, "shared_inter": self.shared_inter}
+
+
+def _int(cfg: ModelConfig, *names: str) -> int | None:
+    for name in names:
+        value = cfg.get(name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def ffn_schedule(cfg: ModelConfig) -> list[FfnLayer]:
+    """The feed-forward block of every decoder layer, read from the config (the layer order of
+    the attention schedule). Which layers are MoE: DeepSeek-style ``first_k_dense_replace`` and
+    ``moe_layer_freq`` (an int, or a per-layer list), Qwen-style ``decoder_sparse_step`` and
+    ``mlp_only_layers``, Llama-4's ``interleave_moe_layer_step``; models with experts and none of
+    these (Mixtral, MiniMax-M2, gpt-oss) are MoE on every layer; Nemotron-H patterns list their
+    blocks (``E`` MoE, ``-`` MLP)."""
+    text = cfg.text
+    hidden = _int(cfg, "hidden_size")
+    if hidden is None:
+        raise E.ModelConfigError(f"config of {cfg.model_id} has no hidden_size", file=cfg.path,
+                                 fix="add hidden_size to the config")
+    experts = _int(cfg, "n_routed_experts", "num_experts", "num_local_experts") or 0
+    dense_inter = _int(cfg, "intermediate_size_mlp", "intermediate_size") or 0
+    hybrid = text.get("hybrid_override_pattern")
+    blocks = text.get("layers_block_type")
+    if experts:
+        topk = _int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk")
+        expert_inter = _int(cfg, "moe_intermediate_size", "intermediate_size")
+        if topk is None or expert_inter is None:
+            raise E.ModelConfigError(
+                f"config of {cfg.model_id} has {experts} experts but no top-k or expert width", file=cfg.path,
+                fix="add num_experts_per_tok and moe_intermediate_size to the config")
+        shared = (_int(cfg, "shared_expert_intermediate_size") or
+                  (_int(cfg, "n_shared_experts") or 0) * expert_inter)
+        if str(text.get("model_type", "")).startswith("gemma4"):
+            shared = _int(cfg, "intermediate_size") or 0  # Gemma 4 runs a dense MLP beside its experts
+        moe = FfnLayer("moe", expert_inter, _int(cfg, "routed_expert_hidden_size", "moe_latent_size") or hidden,
+                       experts, topk, shared)
+    dense = FfnLayer("dense", dense_inter or 0, hidden)
+    if isinstance(hybrid, str) or isinstance(blocks, list):
+        kinds = [{"E": "moe", "-": "dense"}.get(ch) for ch in hybrid] if isinstance(hybrid, str) else \
+            [{"moe": "moe", "mlp": "dense"}.get(str(b)) for b in blocks]
+        return [moe if k == "moe" and experts else dense for k in kinds if k is not None]
+    n = _num_layers(cfg)
+    if not experts:
+        return [dense] * n
+    first = _int(cfg, "first_k_dense_replace")
+    freq = text.get("moe_layer_freq")
+    step = _int(cfg, "decoder_sparse_step")
+    interleave = _int(cfg, "interleave_moe_layer_step")
+    only_mlp = set(text.get("mlp_only_layers") or [])
+    out = []
+    for i in range(n):
+        if isinstance(freq, list):
+            is_moe = bool(freq[i]) if i < len(freq) else True
+        elif first is not None or isinstance(freq, int):
+            is_moe = i >= (first or 0) and i % (freq if isinstance(freq, int) and freq > 0 else 1) == 0
+        elif step is not None:
+            is_moe = i not in only_mlp and (i + 1) % max(step, 1) == 0
+        elif interleave is not None:
+            is_moe = (i + 1) % max(interleave, 1) == 0
+        else:
+            is_moe = i not in only_mlp
+        out.append(moe if is_moe else dense)
+    return out
+
+
+def ffn_groups(cfg: ModelConfig) -> list[tuple[FfnLayer, int]]:
+    """Distinct feed-forward kinds with their counts, in order of first appearance."""
+    counts = Counter(ffn_schedule(cfg))
+    return list(counts.items())

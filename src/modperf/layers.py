@@ -316,8 +316,10 @@ def ffn_schedule(cfg: ModelConfig) -> list[FfnLayer]:
                        experts, topk, shared)
     dense = FfnLayer("dense", dense_inter or 0, hidden)
     if isinstance(hybrid, str) or isinstance(blocks, list):
-        kinds = [{"E": "moe", "-": "dense"}.get(ch) for ch in hybrid] if isinstance(hybrid, str) else \
-            [{"moe": "moe", "mlp": "dense"}.get(str(b)) for b in blocks]
+        if isinstance(hybrid, str):
+            kinds = [{"E": "moe", "-": "dense"}.get(ch) for ch in hybrid]
+        else:
+            kinds = [{"moe": "moe", "mlp": "dense"}.get(str(b)) for b in blocks or ()]
         return [moe if k == "moe" and experts else dense for k in kinds if k is not None]
     n = _num_layers(cfg)
     if not experts:

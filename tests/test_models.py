@@ -62,8 +62,10 @@ def test_bad_configs_are_typed(tmp_path: Path):
         reg.get("acme/Broken")
     with pytest.raises(E.ModelConfigError, match="config of acme/NoHeads has no field 'num_attention_heads'"):
         reg.get("acme/NoHeads").native_heads
-    with pytest.raises(E.ModelConfigError, match="model-config folder does not exist"):
+    # a folder the user names that is not there is a usage error (exit 2), not bad data
+    with pytest.raises(E.ModelConfigsFolderError, match="model-config folder does not exist") as info:
         ModelRegistry([tmp_path / "missing"])
+    assert info.value.exit_code == 2
 
 
 def test_glm5_and_glm52_are_aliases_for_the_dsa_module(models: ModelRegistry):

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import errors as E
-from .deployment import local_heads, local_kv_heads, validate_tps
+from . import limits
+from .deployment import divisors, local_heads, local_kv_heads, validate_tps
 from .families import Family, family_of
 from .families import registry as family_registry
 from .families.base import Tier
@@ -423,10 +424,15 @@ def estimate(
 ) -> Estimate:
     """Attention cost of ``model`` per prefill and per decode step at each tp (module doc)."""
     start = time.perf_counter()
-    for name, value, minimum in (("isl", isl, 1), ("osl", osl, 1), ("batch", batch, 1), ("prefix", prefix, 0)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-            raise E.UsageError(f"{name} must be an integer >= {minimum}", values={name: value},
+    for name, value in (("isl", isl), ("osl", osl), ("batch", batch), ("prefix", prefix)):
+        rng = limits.range_of(name)
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise E.UsageError(f"{name} must be an integer in {rng.describe()}", values={name: value},
                                fix=f"pass --{name} N")
+        limits.check_int(name, int(value), error=E.UsageError, fix=f"pass --{name} N in {rng.describe()}")
+    if isl + osl > limits.TOKENS.high or prefix + isl > limits.CACHED_TOKENS.high:
+        raise E.UsageError(f"a sequence (prefix + isl, isl + osl) is at most {limits.TOKENS.high:,} tokens",
+                           values={"prefix": prefix, "isl": isl, "osl": osl}, fix="shorten isl, osl or prefix")
     tp_list = validate_tps(tps)
     config = db.models.get(model)
     schedule = layer_schedule(config)
@@ -439,12 +445,11 @@ def estimate(
     for tp in tp_list:
         bad = sorted({layer.native_heads for layer, _ in covered if layer.native_heads % tp})
         if bad:
-            divisors = sorted(set.intersection(*({d for d in range(1, h + 1) if h % d == 0}
-                                                 for h in {layer.native_heads for layer, _ in covered})))
+            common = sorted(set.intersection(*(set(divisors(h)) for h in {layer.native_heads for layer, _ in covered})))
             raise E.ShardError(
                 f"tp={tp} does not divide the native head count {bad[0]} of {model}",
                 values={"tp": tp, "native_heads": bad[0]},
-                fix=f"use tp sizes that divide it: {', '.join(map(str, divisors))}")
+                fix=f"use tp sizes that divide it: {', '.join(map(str, common))}")
     chosen_dtypes = {k: v for k, v in (dtypes or {}).items() if v is not None}
     unknown = sorted(set(chosen_dtypes) - set(DTYPE_COLUMNS))
     if unknown:
@@ -452,6 +457,11 @@ def estimate(
                            fix=f"dtype options are {', '.join(DTYPE_COLUMNS)}")
     notes: list[str] = []
     tables = _needed_tables(schedule)
+    unused = sorted(set(kernel_sources or {}) - set(tables))
+    if unused:
+        raise E.OptionValueError(
+            f"--kernel-source names table(s) this estimate does not use: {', '.join(map(E.quote, unused))}",
+            values={"tables": unused, "used": tables}, fix=f"pin one of the tables it uses: {', '.join(tables)}")
     versions = _choose_versions(db, system, backend, version, tables, config.native_heads, notes)
     hidden = int(config.get("hidden_size"))
     head_dim = int(config.get("head_dim", None) or hidden // config.native_heads)

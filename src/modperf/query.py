@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import errors as E
+from . import limits
 from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
@@ -213,22 +214,22 @@ def _field_help(keyed: KeyedTable) -> str:
     return f"{keyed.ref.table} keys: {', '.join(key_columns(keyed))}; heads: {heads}"
 
 
-def _as_int(name: str, value: Any, keyed: KeyedTable, *, minimum: int = 0) -> int:
-    if isinstance(value, bool):
-        ok = False
-    elif isinstance(value, (int, np.integer)):
-        ok = True
-    elif isinstance(value, float) and value.is_integer():
-        value, ok = int(value), True
-    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value, ok = int(value.strip()), True
-    else:
-        ok = False
-    if not ok or int(value) < minimum:
-        raise E.QueryFieldError(
-            f"field {name!r} must be an integer >= {minimum}", values={"field": name, "value": value},
-            fix=_field_help(keyed))
-    return int(value)
+def _as_int(name: str, value: Any, keyed: KeyedTable) -> int:
+    """A query's integer field, strictly and inside its range (modperf.limits)."""
+    return limits.parse_int(name, value, fix=_field_help(keyed))
+
+
+def _check_names(fields: Mapping[str, Any]) -> None:
+    """Field names are strings and field values scalars (a string, a number, a boolean): a
+    batch line's nested lists or objects are refused here, before anything else reads them."""
+    for name, value in fields.items():
+        if not isinstance(name, str):
+            raise E.QueryFieldError("query field names are strings", values={"field": repr(name)},
+                                    fix='e.g. {"table": "...", "batch_size": 8}')
+        if value is not None and not isinstance(value, (str, int, float, np.integer, np.floating)):
+            raise E.QueryFieldError(
+                f"field {E.quote(name)} must be a string, a number or a boolean, not a {type(value).__name__}",
+                values={"field": name}, fix="give one value per field")
 
 
 def _slot(fields: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -300,7 +301,7 @@ class QueryEngine:
                     raise E.QueryFieldError(
                         f"missing field {name!r}", values={"field": name, "table": plan.template.table},
                         fix=_field_help(keyed_help))
-            elif type(value) is not int or value < 0:
+            elif type(value) is not int or value not in limits.range_of(name):
                 value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
             point.append(value)
         found = grid.lookup(point)
@@ -362,9 +363,12 @@ class QueryEngine:
                 cols.append(np.asarray(arrays[HEADS]) if HEADS in arrays else np.asarray(plan.local))
             elif name in arrays:
                 col = np.asarray(arrays[name])
-                if col.size and (not np.issubdtype(col.dtype, np.number) or (col < 0).any()):
-                    raise E.QueryFieldError(f"field {name!r} must hold numbers >= 0",
-                                            values={"field": name}, fix=_field_help(grid_keyed(self, plan)))
+                rng = limits.range_of(name)
+                if col.size and (not np.issubdtype(col.dtype, np.number) or np.issubdtype(col.dtype, np.bool_)
+                                 or not np.isfinite(col).all() or (col < rng.low).any() or (col > rng.high).any()):
+                    raise E.QueryFieldError(f"field {name!r} must hold numbers in {rng.describe()} ({rng.what})",
+                                            values={"field": name, "range": [rng.low, rng.high]},
+                                            fix=_field_help(grid_keyed(self, plan)))
                 cols.append(col)
             else:
                 value = scalar.get(name, plan.fixed.get(name))
@@ -375,6 +379,7 @@ class QueryEngine:
     # -- resolution ----------------------------------------------------------------------
 
     def _plan(self, fields: Mapping[str, Any], vector_fields: set[str] | None = None) -> _Plan:
+        _check_names(fields)
         table, system, backend, version = _slot(fields)
         keyed = self.store.table(system, backend, version, table)
         index = self.index(keyed)
@@ -384,9 +389,9 @@ class QueryEngine:
         unknown = sorted(k for k in fields if k not in allowed)
         if unknown:
             raise E.QueryFieldError(
-                f"unknown field(s) {', '.join(map(repr, unknown))} for table {table}",
-                values={"unknown": unknown}, fix=_field_help(keyed))
-        allow_substitute = bool(fields.get("allow_substitute", False))
+                f"unknown field(s) {', '.join(map(E.quote, unknown[:8]))}{' ...' if len(unknown) > 8 else ''} "
+                f"for table {table}", values={"unknown": unknown}, fix=_field_help(keyed))
+        allow_substitute = limits.parse_bool("allow_substitute", fields.get("allow_substitute", False))
 
         # -- head identity and shard -------------------------------------------------------
         model = fields.get("model")
@@ -397,15 +402,15 @@ class QueryEngine:
         if model is not None:
             config = self.models.get(str(model))
             native_from_model = config.native_heads
-            if native_q is not None and _as_int("native_heads", native_q, keyed, minimum=1) != native_from_model:
+            if native_q is not None and _as_int("native_heads", native_q, keyed) != native_from_model:
                 raise E.QueryFieldError(
                     f"native_heads={native_q} contradicts model {model} (num_attention_heads={native_from_model})",
                     values={"model": model, "native_heads": native_q}, fix="give one of model and native_heads")
             native_q = native_from_model
         elif native_q is not None:
-            native_q = _as_int("native_heads", native_q, keyed, minimum=1)
-        tp_v = _as_int("tp_size", tp, keyed, minimum=1) if tp is not None else None
-        heads_v = _as_int("num_heads", heads, keyed, minimum=1) if heads is not None and not (
+            native_q = _as_int("native_heads", native_q, keyed)
+        tp_v = _as_int("tp_size", tp, keyed) if tp is not None else None
+        heads_v = _as_int("num_heads", heads, keyed) if heads is not None and not (
             vector_fields and HEADS in vector_fields) else None
         local: int | None = heads_v
         if tp_v is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast
@@ -24,12 +24,31 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.segment import Segment
 
 from .. import errors as E
 from ..jsonio import dumps
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+def _safe_text(text: str) -> str:
+    # line breaks and tabs are layout; every other control character is shown as its escape
+    if text.isprintable() or all(ch.isprintable() or ch in "\n\t" for ch in text):
+        return text
+    return "\n".join(E.escape_controls(part) for part in text.split("\n"))
+
+
+class SafeConsole(Console):
+    """A console that never writes a control character it did not make itself: text from
+    tables, configs and the command line (a model name holding ESC[2J) is shown escaped.
+    Rich's own styling and cursor control are segments of their own and pass unchanged."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:  # rich's private hook
+        return super()._render_buffer(
+            seg if seg.control else Segment(_safe_text(seg.text), seg.style, seg.control) for seg in buffer)
+
+
+console = SafeConsole(highlight=False)
+err_console = SafeConsole(stderr=True, highlight=False)
 
 DataRootOpt = Annotated[
     Path | None,

@@ -80,9 +80,10 @@ def test_reuse_with_missing_donor_is_reported(tmp_path: Path):
     (version / "reuse.yaml").write_text("reuse:\n- table: mla_context_module_perf\n  from_version: 0.29.0\n")
     catalog = Catalog.scan(tmp_path)
     assert catalog.slots == []
-    assert catalog.problems == [
-        f"{version}/reuse.yaml: mla_context_module reuses version 0.29.0, which has no such table"
-    ]
+    assert [(type(p), str(p)) for p in catalog.problems] == [
+        (E.SidecarError, f"{version}/reuse.yaml: mla_context_module reuses version 0.29.0, which has no such table. "
+                         "Fix: restore the donor table or correct reuse.yaml")]
+    assert catalog.problems[0].exit_code == 1  # the data root's fault, not the request's
 
 
 def test_paths_keep_the_layout_when_they_have_it(fixtures: Path):

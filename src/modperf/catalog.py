@@ -207,15 +207,17 @@ def _collection_meta(folder: Path) -> dict[str, Any]:
     return _collection_meta_checked(folder)[0]
 
 
-def sidecar_problems(folders: Iterable[Path]) -> list[E.ModperfError]:
-    """The failures of these version folders' collection_meta.yaml files (check reports them;
-    every other command reads a malformed sidecar as an empty one, the same with or without
-    --json)."""
-    out = []
+def sidecar_problems(folders: Iterable[Path], *, reuse: bool = True) -> list[E.ModperfError]:
+    """The failures of these version folders' sidecars: collection_meta.yaml (every command reads
+    a malformed one as empty, the same with or without --json; the audits report it) and, with
+    ``reuse``, the shape of reuse.yaml (a catalog scan reports that one itself)."""
+    out: list[E.ModperfError] = []
     for folder in sorted(set(folders)):
         problem = _collection_meta_checked(folder)[1]
         if problem is not None:
             out.append(problem)
+        if reuse:
+            _read_reuse(_VersionFolder(folder, "", "", "", ""), folder / "reuse.yaml", out)
     return out
 
 
@@ -263,6 +265,11 @@ def _outside(path: Path, root: Path) -> E.LinkOutsideRootError:
         fix="copy the table into the data root, or point the link at a file inside it")
 
 
+def _not_a_file(path: Path) -> E.UnreadableTableError:
+    return E.UnreadableTableError("named like a table but is a folder, not a file", file=path,
+                                  fix="rename or remove the folder")
+
+
 def _stale_temp(path: Path) -> E.StaleTempFileError:
     return E.StaleTempFileError(
         "temporary file of an interrupted modperf write", file=path,
@@ -304,6 +311,9 @@ def _add_entry(folder: _VersionFolder, entry: Path, root: Path, problems: list[E
         return
     stem = table_stem(entry)
     if stem is None:
+        return
+    if entry.is_dir():
+        problems.append(_not_a_file(entry))
         return
     if entry.is_symlink() and not _inside(entry, root):
         problems.append(_outside(entry, root))
@@ -433,7 +443,9 @@ def _walk_tables(folder: Path, problems: list[E.ModperfError]) -> list[Path]:
                         continue
                     if p.is_dir():
                         continue
-                if p.is_dir():
+                if p.is_dir() and table_stem(p):
+                    problems.append(_not_a_file(p))
+                elif p.is_dir():
                     stack.append(p)
                 elif table_stem(p) and (p.is_file() or p.is_symlink()):  # a dangling link fails to read, loudly
                     found.append(p)

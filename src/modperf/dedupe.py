@@ -190,10 +190,11 @@ class DedupeReport:
     tolerance: float
     out_dir: str | None
     seconds: float
+    problems: list[E.ModperfError] = field(default_factory=list)  # of the data root, not one table
 
     @property
     def failures(self) -> list[E.ModperfError]:
-        out: list[E.ModperfError] = []
+        out: list[E.ModperfError] = list(self.problems)
         for f in self.files:
             out += f.failures
             if f.written is not None:
@@ -202,7 +203,7 @@ class DedupeReport:
 
     @property
     def ok(self) -> bool:
-        return all(f.ok for f in self.files)
+        return not self.problems and all(f.ok for f in self.files)
 
     def totals(self) -> dict[str, int]:
         return {
@@ -219,7 +220,7 @@ class DedupeReport:
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "tolerance": self.tolerance, "out_dir": self.out_dir,
                 "seconds": round(self.seconds, 3), "totals": self.totals(),
-                "files": [f.to_dict() for f in self.files]}
+                "problems": [p.to_dict() for p in self.problems], "files": [f.to_dict() for f in self.files]}
 
 
 # --- identity -----------------------------------------------------------------------------
@@ -630,7 +631,7 @@ def dedupe(
                         on_progress=on_progress)
     files = [by_path[ref.path] for ref in selection.refs]
     return DedupeReport(files, tolerance, str(Path(write).expanduser().resolve()) if write is not None else None,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, selection.problems)
 
 
 __all__ = ["DEFAULT_TOLERANCE", "AliasGroup", "DedupeReport", "FileDedupe", "OverTolerance", "Spread",

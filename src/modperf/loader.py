@@ -186,7 +186,7 @@ class Scope:
         catalog = Catalog.scan(self.data_root)
         refs = catalog.select(system=self.system, backend=self.backend, version=self.version, tables=wanted,
                               physical=self.physical)
-        problems = list(catalog.problems) + sidecar_problems(r.path.parent for r in refs)
+        problems = list(catalog.problems) + sidecar_problems((r.path.parent for r in refs), reuse=False)
         skipped = len(catalog.files) - len(catalog.select(tables=set(head_bearing_tables())))
         return Selection(self, refs, catalog, problems, skipped)
 

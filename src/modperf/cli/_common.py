@@ -53,17 +53,18 @@ err_console = SafeConsole(stderr=True, highlight=False)
 DataRootOpt = Annotated[
     Path | None,
     typer.Option("--data-root", envvar="MODPERF_DATA_ROOT", help="Data root (default: the embedded corpus).",
-                 show_default=False),
+                 show_default=False, readable=False),
 ]
 ModelConfigsOpt = Annotated[
     list[Path] | None,
     typer.Option("--model-configs", help="Extra folder of org--Name_config.json files (repeatable; "
-                 "MODPERF_MODEL_CONFIGS also works).", show_default=False),
+                 "MODPERF_MODEL_CONFIGS also works).", show_default=False, readable=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 PathsArg = Annotated[
     list[Path] | None,
-    typer.Argument(help="Table files or folders (default: the whole data root).", show_default=False),
+    typer.Argument(help="Table files or folders (default: the whole data root).", show_default=False,
+                   readable=False),
 ]
 TableOpt = Annotated[str | None, typer.Option("--table", help="Only this table stem (e.g. mla_context_module).")]
 

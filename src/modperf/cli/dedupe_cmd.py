@@ -96,7 +96,8 @@ def dedupe_command(
     paths: PathsArg = None,
     table: TableOpt = None,
     write: Annotated[Path | None, typer.Option("--write", metavar="OUT_DIR",
-                                               help="Write de-duplicated, verified tables under OUT_DIR.")] = None,
+                                               help="Write de-duplicated, verified tables under OUT_DIR.",
+                                               readable=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="With --write: also replace files in OUT_DIR that modperf "
                                         "did not write.")] = False,
     tolerance: Annotated[float, typer.Option("--tolerance", help="Relative spread (max/min - 1) above which an "

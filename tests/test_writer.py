@@ -19,6 +19,7 @@ from modperf.check import check
 from modperf.loader import load_table
 from modperf.models import ModelRegistry
 from modperf.writer import SIDECAR, open_writer
+from tests.helpers import replay, split_columns
 
 CSA_GEN = "07_latent_collision/wheel/b200_sxm/sparse_attention/sglang/0.5.14/dsv4_csa_generation_module_perf.parquet"
 HCA_ATTN = "05_dsv4_sparse_kernel/wheel/b200_sxm/sparse_attention/vllm/0.24.0/dsv4_hca_attn_module_perf.parquet"
@@ -26,33 +27,6 @@ TOPK = "05_dsv4_sparse_kernel/wheel/b200_sxm/sparse_attention/sglang/0.5.14/dsv4
 GQA = "04_gqa_attention/wheel/a100_sxm/attention/trtllm/1.0.0/context_attention_perf.parquet"
 PRO = "deepseek-ai/DeepSeek-V4-Pro"
 FLASH_FP8 = "sgl-project/DeepSeek-V4-Flash-FP8"
-
-
-def split_columns(table: pa.Table, leave_out: tuple[str, ...]) -> tuple[dict, list[str]]:
-    """Columns with one value are fixed at open; the rest are given per measurement."""
-    fixed, per_row = {}, []
-    for name in table.column_names:
-        if name in leave_out:
-            continue
-        values = pc.unique(table.column(name)).to_pylist()
-        if len(values) == 1:
-            fixed[name] = values[0]
-        else:
-            per_row.append(name)
-    return fixed, per_row
-
-
-def replay(rows: pa.Table, root: Path, table: str, *, leave_out: tuple[str, ...], system: str, backend: str,
-           **kwargs):
-    """Write ``rows`` through a writer the way a collector would, one add() per row."""
-    fixed, per_row = split_columns(rows, ("latency", *leave_out))
-    version = fixed.pop("version")
-    fixed.pop("model", None)
-    with open_writer(table, root=root, system=system, backend=backend, version=version, **kwargs, **fixed) as writer:
-        columns = {n: rows.column(n).to_pylist() for n in (*per_row, "latency")}
-        for i in range(rows.num_rows):
-            writer.add(columns["latency"][i], **{n: columns[n][i] for n in per_row})
-    return writer
 
 
 @pytest.fixture

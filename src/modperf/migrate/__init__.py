@@ -265,6 +265,12 @@ def migrate(
             if r.table in head_bearing_tables() or os.path.abspath(r.path) in explicit]
     plans = [plan_file(ref, registry, model=model, out=out_path, fills=fills, data_root=data_root,
                        link_root=_found_in(ref, names)) for ref in refs]
+    unused = sorted(set(fills or {}) - {c for p in plans for c, how in p.filled.items() if how["source"] == "--fill"})
+    if unused and all(p.ok for p in plans):  # a --fill that fills nothing is a typo, never silently dropped
+        raise E.OptionValueError(
+            f"--fill {', '.join(map(E.quote, unused))} fills nothing: no legacy table here lacks "
+            f"{'that column' if len(unused) == 1 else 'those columns'}", values={"unused": unused},
+            fix="drop it; --fill is for a column a legacy table lacks and the corpus does not decide")
     by_target: dict[Path, list[FilePlan]] = {}
     for p in plans:
         if p.will_write and p.target is not None:

@@ -169,3 +169,30 @@ def test_json_is_plain_data(db):
     assert [(g["label"], g["count"]) for g in doc["layers"]] == [("GQA dense (MSA model)", 3), ("MSA sparse", 57)]
     assert doc["tps"][1]["local_heads"] == 32
     assert doc["decode_rule"] == "one decode step at kv length isl + osl // 2 = 528"
+
+
+def test_bounds_at_the_entry(db):
+    kimi = dict(model="moonshotai/Kimi-K3", system="gb300", backend="vllm")
+    with pytest.raises(E.OptionValueError, match=r"--kernel-source names table\(s\) this estimate does not use: 'nope'"):
+        estimate(db, **kimi, isl=8, osl=8, batch=1, kernel_sources={"nope": "FLASH_ATTN"})
+    with pytest.raises(E.UsageError, match=r"batch must be an integer in 1\.\.1,048,576"):
+        estimate(db, **kimi, isl=8, osl=8, batch=2**30)
+    with pytest.raises(E.UsageError, match=r"a sequence \(prefix \+ isl, isl \+ osl\) is at most 4,194,304 tokens"):
+        estimate(db, **kimi, isl=2**21, osl=2**21 + 1, batch=1)
+    with pytest.raises(E.OptionValueError, match=r"tp sizes must be positive integers in 1\.\.4,096"):
+        estimate(db, **kimi, isl=8, osl=8, batch=1, tps=[10**12])
+
+
+def test_configs_that_used_to_hang_are_refused_at_once(fixtures, tmp_path):
+    """1e9 heads at tp 3 enumerated a billion divisors; 1e7 layers built a 1e7-layer schedule."""
+    import time
+
+    raw = json.loads((fixtures / "09_hf_configs" / "deepseek-ai--DeepSeek-V3_config.json").read_text())
+    for name, change in (("Heads", {"num_attention_heads": 10**9}), ("Layers", {"num_hidden_layers": 10**7})):
+        (tmp_path / f"acme--{name}_config.json").write_text(json.dumps({**raw, **change}))
+    db = modperf.open(model_configs=[tmp_path])
+    for model in ("acme/Heads", "acme/Layers"):
+        start = time.perf_counter()
+        with pytest.raises(E.ModelConfigError, match="must be an integer in"):
+            estimate(db, model=model, system="gb300", backend="vllm", tps=[3], isl=8, osl=8, batch=1)
+        assert time.perf_counter() - start < 2

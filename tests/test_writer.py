@@ -12,8 +12,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from modperf import errors as E
+from modperf import limits
 from modperf.atomic import temp_files
 from modperf.check import check
 from modperf.loader import load_table
@@ -291,3 +294,36 @@ def test_native_keyed_table_refuses_local_heads_in_num_heads(tmp_path: Path) -> 
     assert w.close().rows == 1
     assert pq.read_table(w.path).select(["num_heads", "local_num_heads", "tp_size"]).to_pylist() == [
         {"num_heads": 64, "local_num_heads": 32, "tp_size": 2}]
+
+
+# --- integers out of range are refused at add(), never at close() -------------------------------
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(column=st.sampled_from(["batch_size", "isl", "step"]),
+       value=st.one_of(st.sampled_from([2**63, 2**70, 2**64 - 1, 2**62, -1, -(2**63) - 1]),
+                       st.integers(min_value=2**22 + 1), st.integers(max_value=-1)))
+def test_out_of_range_integers_are_refused_at_add(tmp_path_factory, column: str, value: int) -> None:
+    """2**63, 2**70 and uint64 max used to be accepted by add() and fail in close() with an
+    OverflowError, losing every good measurement of the session."""
+    root = tmp_path_factory.mktemp("w")
+    w = module_writer(root, model=PRO)
+    w.add(0.41, tp_size=1, **ROW)
+    with pytest.raises(E.MeasurementValueError) as info:
+        w.add(0.5, tp_size=2, **{**ROW, column: value})
+    assert info.value.values["column"] == column and info.value.rows == [1]
+    assert f"an integer in {limits.range_of(column).describe()}" in info.value.detail
+    assert len(w) == 1
+    assert w.close().rows == 1  # the session's good measurement is written
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("tp_size", 4097, "'tp_size' must be at most 4,096"),
+    ("num_heads", 2**62, "'num_heads' must be at most 65,536"),
+    ("batch_size", 0, "'batch_size' must be > 0"),
+])
+def test_head_and_tp_bounds_at_add(tmp_path: Path, column: str, value: int, message: str) -> None:
+    w = module_writer(tmp_path, model=PRO)
+    row = {**ROW, "tp_size": 1, column: value}
+    with pytest.raises(E.MeasurementValueError, match=message):
+        w.add(0.5, **row)

@@ -270,7 +270,8 @@ class QueryEngine:
     def query(self, fields: Mapping[str, Any]) -> Answer:
         axis_names = _AXIS_NAMES
         plan_key: tuple[Any, ...] | None
-        plan_key = tuple(sorted((k, v) for k, v in fields.items() if k not in axis_names))
+        # the type is part of the key: 0 == False and 1 == True, but only a bool is a flag (modperf.limits)
+        plan_key = tuple(sorted((k, type(v), v) for k, v in fields.items() if k not in axis_names))
         try:
             plan = self._plans.get(plan_key)
         except TypeError:  # an unhashable value: resolve without the cache

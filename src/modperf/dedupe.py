@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import errors as E
+from . import limits
 from ._meta import __version__
 from .atomic import parquet_writer, sweep, write_atomically, written_by_modperf
 from .buckets import NATIVE, KeyedTable
@@ -605,6 +606,8 @@ def dedupe(
     (``force``: also replace files there that modperf did not write). Raises only for usage
     errors; data problems, and tables that could not be written (a full disk), are in the
     report, which says which tables were written."""
+    limits.check_int("examples", examples, rng=limits.EXAMPLES, error=E.OptionValueError,
+                     fix="pass --examples N (0 lists every over-tolerance identity)")
     if not np.isfinite(tolerance) or tolerance < 0:
         raise E.OptionValueError("tolerance must be a relative difference >= 0", values={"tolerance": tolerance},
                                  fix="pass e.g. --tolerance 0.1 for 10%")

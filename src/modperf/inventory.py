@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import errors as E
-from .catalog import Catalog, TableRef
+from .catalog import Catalog, TableRef, sidecar_problems
 from .families import family_of
 from .families.base import HEADS, MODEL, TP
 from .reader import read_row_count, read_schema, read_table
@@ -60,9 +60,10 @@ def list_tables(
     physical file that a reuse declaration shadows. The parts of the data root that could not
     be read or trusted (``Catalog.problems``) are added to ``problems`` when given."""
     catalog = Catalog.scan(data_root)
-    if problems is not None:
-        problems.extend(catalog.problems)
     slots = catalog.select(system=system, backend=backend, version=version, table=table, physical=False)
+    if problems is not None:  # the same with and without --json: a malformed sidecar is listed either way
+        problems.extend(catalog.problems)
+        problems.extend(sidecar_problems((r.path.parent for r in slots), reuse=False))
     shadowed = [r for r in catalog.select(system=system, backend=backend, version=version, table=table)
                 if r.shadowed]
     out = []

@@ -54,6 +54,8 @@ WINDOW = Range(0, 2**22, "tokens of attention window (0 = full attention)")
 RATIO = Range(1, 2**16, "compression ratio")
 BEAM = Range(1, 2**10, "beams")
 LAYERS = Range(1, 2**12, "layers")
+#: How many examples a report lists (0: all of them).
+EXAMPLES = Range(0, 2**31 - 1, "examples listed (0 = all)")
 #: Any other integer key column of a table or query (its own meaning, not arithmetic).
 KEY = Range(0, 2**31 - 1, "a non-negative key value")
 
@@ -183,7 +185,8 @@ def parse_bool(name: str, value: Any, *, error: type[E.ModperfError] = E.QueryFi
                 values={"field": name, "value": value}, fix=f'e.g. "{name}": true')
 
 
-__all__ = ["BATCH", "BEAM", "CACHED_TOKENS", "CONFIG_FIELDS", "CONFIG_LAYER_LISTS", "FIELDS", "HEADS", "INT64",
+__all__ = ["BATCH", "BEAM", "CACHED_TOKENS", "CONFIG_FIELDS", "CONFIG_LAYER_LISTS", "EXAMPLES", "FIELDS", "HEADS",
+           "INT64",
            "KEY", "LAYERS", "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_DIGITS", "MAX_LAYER_LIST", "MAX_LINE_BYTES",
            "QUOTE_CHARS", "RATIO", "TOKENS", "TP", "WIDTH", "WINDOW", "Range", "check_int", "parse_bool", "parse_int",
            "range_of"]

@@ -110,6 +110,11 @@ def cases(p: dict[str, Path]) -> list[tuple[str, list[str], int, str]]:
         ("check: reuse.yaml with a scalar list", ["check", str(p["list_reuse"])], 1, "sidecar"),
         ("check: malformed collection_meta.yaml", ["check", str(p["bad_meta"])], 1, "sidecar"),
         ("check: a folder named like a table", ["check", "--data-root", str(p["dir_table"])], 1, "unreadable"),
+        ("ls: malformed collection_meta.yaml", ["ls", "--data-root", str(p["bad_meta"])], 1, "sidecar"),
+        ("ls: scalar reuse.yaml", ["ls", "--data-root", str(p["scalar_reuse"])], 1, "sidecar"),
+        ("dedupe: negative --examples", ["dedupe", str(p["good"]), "--examples", "-5"], 2, "option_value"),
+        ("check: negative --quality-examples", ["check", str(p["good"]), "--quality", "--quality-examples", "-1"], 2,
+         "option_value"),
         ("check: missing --model-configs folder", ["check", str(p["good"]), "--model-configs",
                                                   str(p["file"]) + ".no"], 2, "model_configs"),
         ("query: duplicate column names", ["query", *SLOT, "--data-root", str(p["dup"]), *KEY, "--native-heads", "96",
@@ -173,6 +178,14 @@ def test_every_case_is_typed_and_the_same_with_json(hostile: dict[str, Path], ca
             assert "root:x:0:0" not in stream, name
             assert "Traceback" not in stream, name
         assert seconds < 20, (name, seconds)  # no hang (each case runs twice)
+
+
+def test_json_is_written_by_jsonio_alone() -> None:
+    """Strict JSON everywhere: no module but modperf.jsonio serialises JSON (jsonio writes NaN as null)."""
+    src = Path(__file__).resolve().parents[2] / "src" / "modperf"
+    writers = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
+                     if p.name != "jsonio.py" and ("json.dump" in p.read_text() or "print_json" in p.read_text()))
+    assert writers == []
 
 
 def test_nan_in_check_json_is_null(hostile: dict[str, Path], capsys) -> None:

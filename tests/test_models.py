@@ -118,6 +118,8 @@ def _variant(fixture_dir: Path, tmp_path: Path, model: str, **changes) -> ModelR
     ("num_hidden_layers", 10**7, "num_hidden_layers of acme/X must be an integer in 1..4,096 (layers)"),
     ("num_key_value_heads", 0, "num_key_value_heads of acme/X must be an integer in 1..65,536"),
     ("hidden_size", 2**70, "config of acme/X holds an integer outside 64 bits"),
+    ("hidden_size", None, "hidden_size of acme/X must be an integer in 1..1,048,576"),
+    ("num_hidden_layers", 12.0, "num_hidden_layers of acme/X must be an integer in 1..4,096"),
     ("sliding_window", -1, "sliding_window of acme/X must be an integer in 0..4,194,304"),
     ("compress_ratios", [4] * 9000, "compress_ratios of acme/X lists 9,000 layers (at most 8,192)"),
 ])

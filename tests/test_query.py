@@ -280,6 +280,7 @@ def test_query_many_checks_its_arrays(db):
     base = {k: v for k, v in KIMI.items()}
     lat, _ = db.query_many(**base, batch_size=np.array([4, 8]), isl=2048)
     assert lat.tolist()[0] == 0.7945
-    for bad in (np.array([4, 0]), np.array([4.0, np.nan]), np.array([4, 2**40]), np.array([True, False])):
+    for bad in (np.array([4, 0]), np.array([4.0, np.nan]), np.array([np.nan, 4.0]), np.array([4, 2**40]),
+                np.array([True, False])):
         with pytest.raises(E.QueryFieldError, match=r"field 'batch_size' must hold numbers in 1\.\.1,048,576"):
             db.query_many(**base, batch_size=bad, isl=2048)

@@ -463,7 +463,10 @@ def estimate(
             f"--kernel-source names table(s) this estimate does not use: {', '.join(map(E.quote, unused))}",
             values={"tables": unused, "used": tables}, fix=f"pin one of the tables it uses: {', '.join(tables)}")
     versions = _choose_versions(db, system, backend, version, tables, config.native_heads, notes)
-    hidden = int(config.get("hidden_size"))
+    hidden = config.get("hidden_size")  # an integer in its range where present (checked when the config was read)
+    if not isinstance(hidden, int):
+        raise E.ModelConfigError(f"config of {model} has no hidden_size", file=config.path,
+                                 fix="add hidden_size to the config")
     head_dim = int(config.get("head_dim", None) or hidden // config.native_heads)
     est = _Estimator(db, model=model, system=system, backend=backend, versions=versions, dtypes=chosen_dtypes,
                      kernel_sources=dict(kernel_sources or {}), allow_substitute=allow_substitute,

@@ -108,6 +108,10 @@ CONFIG_FIELDS: dict[str, Range] = {
     "qk_nope_head_dim": WIDTH,
     "v_head_dim": WIDTH,
 }
+#: Config fields that may be null (HF configs write ``"sliding_window": null`` for "none");
+#: any other field above is an integer in its range when present.
+CONFIG_NULLABLE = frozenset({"sliding_window", "sliding_window_size", "attention_chunk_size", "num_key_value_heads",
+                             "head_dim", "max_window_layers", "q_lora_rank"})
 #: Per-layer lists in a config: at most this many entries (a layer schedule walks them).
 CONFIG_LAYER_LISTS = ("compress_ratios", "layers_block_type", "layer_types", "hybrid_override_pattern",
                       "hybrid_layer_pattern", "no_rope_layers", "indexer_types", "sparse_attention_freq")
@@ -185,8 +189,7 @@ def parse_bool(name: str, value: Any, *, error: type[E.ModperfError] = E.QueryFi
                 values={"field": name, "value": value}, fix=f'e.g. "{name}": true')
 
 
-__all__ = ["BATCH", "BEAM", "CACHED_TOKENS", "CONFIG_FIELDS", "CONFIG_LAYER_LISTS", "EXAMPLES", "FIELDS", "HEADS",
-           "INT64",
-           "KEY", "LAYERS", "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_DIGITS", "MAX_LAYER_LIST", "MAX_LINE_BYTES",
-           "QUOTE_CHARS", "RATIO", "TOKENS", "TP", "WIDTH", "WINDOW", "Range", "check_int", "parse_bool", "parse_int",
-           "range_of"]
+__all__ = ["BATCH", "BEAM", "CACHED_TOKENS", "CONFIG_FIELDS", "CONFIG_LAYER_LISTS", "CONFIG_NULLABLE", "EXAMPLES",
+           "FIELDS", "HEADS", "INT64", "KEY", "LAYERS", "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH", "MAX_DIGITS",
+           "MAX_LAYER_LIST", "MAX_LINE_BYTES", "QUOTE_CHARS", "RATIO", "TOKENS", "TP", "WIDTH", "WINDOW", "Range",
+           "check_int", "parse_bool", "parse_int", "range_of"]

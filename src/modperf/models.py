@@ -173,8 +173,10 @@ def _check_config(model_id: str, path: Path, raw: dict[str, Any], fix: str) -> N
     sections = [raw] + ([raw["text_config"]] if isinstance(raw.get("text_config"), dict) else [])
     for section in sections:
         for name, rng in limits.CONFIG_FIELDS.items():
-            value = section.get(name)
-            if value is not None and value not in rng:
+            if name not in section or (section[name] is None and name in limits.CONFIG_NULLABLE):
+                continue
+            value = section[name]
+            if value not in rng:
                 raise ModelConfigError(
                     f"{name} of {model_id} must be an integer in {rng.describe()} ({rng.what})", file=path,
                     values={"field": name, "value": value, "range": [rng.low, rng.high]}, fix=fix)

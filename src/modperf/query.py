@@ -355,7 +355,7 @@ class QueryEngine:
         probe = dict(scalar)
         for k, v in arrays.items():
             flat = np.asarray(v).ravel()
-            probe[k] = int(flat[0]) if flat.size else 0
+            probe[k] = flat[0].item() if flat.size else 0  # parsed (and refused) like any field
         plan = self._plan(probe, vector_fields=set(arrays))
         grid = plan.grid
         cols = []

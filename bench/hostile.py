@@ -62,6 +62,7 @@ class Case:
     unprivileged: bool = False
     stdin: bytes | None = None
     timeout: float = 30.0
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -127,6 +128,16 @@ def build(tmp: Path) -> dict[str, Path]:
     models = mla.column("model").to_pylist()
     p["esc_model"] = _layout(tmp / "esc_model", _with(mla, "model", [f"{ESC}[2Jevil"] + models[1:]))
     p["huge_model"] = _layout(tmp / "huge_model", _with(mla, "model", ["m" * 1_000_000] + models[1:]))
+    big = pa.array([2**64 - 1] + [int(h) for h in heads[1:]], type=pa.uint64())
+    p["uint64_heads"] = _layout(tmp / "uint64_heads", mla.set_column(mla.column_names.index("num_heads"), "num_heads",
+                                                                     big))
+    listy = pa.array([[h] for h in heads], type=pa.list_(pa.int64()))
+    p["list_heads"] = _layout(tmp / "list_heads", mla.set_column(mla.column_names.index("num_heads"), "num_heads",
+                                                                 listy))
+    text_latency = pa.array([str(x) for x in mla.column("latency").to_pylist()])
+    p["text_latency"] = _layout(tmp / "text_latency", mla.set_column(mla.column_names.index("latency"), "latency",
+                                                                     text_latency))
+    p["no_columns"] = _layout(tmp / "no_columns", pa.table({}))
     p["truncated"] = tmp / "truncated"
     _layout(p["truncated"], mla)
     f = p["truncated"] / "gb300/mla/vllm/0.27.0/mla_context_module_perf.parquet"
@@ -246,7 +257,8 @@ def cases(p: dict[str, Path]) -> list[Case]:
                        ("nan_heads", 1), ("esc_model", 1), ("huge_model", 1), ("truncated", 1), ("zero_bytes", 1),
                        ("passwd", 1), ("outside_link", 1), ("dangling", 1), ("scalar_reuse", 1), ("list_reuse", 1),
                        ("bad_reuse", 1), ("yaml_reuse", 1), ("binary_reuse", 1), ("bad_meta", 1), ("deep_meta", 1),
-                       ("scalar_meta", 1), ("debris", 1), ("dir_table", 1)):
+                       ("scalar_meta", 1), ("debris", 1), ("dir_table", 1), ("uint64_heads", 1), ("list_heads", 1),
+                       ("text_latency", 1), ("no_columns", 1)):
         both(f"check path {name}", ["check", str(p[name])], (code,))
         both(f"check root {name}", ["check", "--data-root", str(p[name])], (code,))
     for name in ("unreadable_sub", "unreadable_root", "unreadable_file"):
@@ -262,6 +274,13 @@ def cases(p: dict[str, Path]) -> list[Case]:
     both("check model-configs a file", ["check", str(p["good"]), "--model-configs", str(p["a_file"])], (2,))
     both("check model-configs unreadable", ["check", str(p["good"]), "--model-configs",
                                             str(p["unreadable_configs"])], (2,), unprivileged=True)
+    both("check env data root is a file", ["check"], (2,), env={"MODPERF_DATA_ROOT": str(p["a_file"])})
+    both("check env model configs missing", ["check", str(p["good"])], (2,),
+         env={"MODPERF_MODEL_CONFIGS": str(p["a_file"]) + ".no"})
+    both("check unknown table", ["check", "--table", "nope"], (2,))
+    out.append(Case("coverage --json --csv", ["coverage", "--csv", "--json"], (2,), json=True))
+    both("coverage diff unknown versions", ["coverage", "--diff", "9.9", "9.8"], (2,))
+    both("query unknown slot", ["query", "nope_table", "--system", "x", "--backend", "y", "--version", "z"], (2,))
     # ls and coverage over hostile roots
     for name in ("empty", "dup", "truncated", "passwd", "scalar_reuse", "bad_meta", "esc_model", "huge_model",
                  "dangling"):
@@ -379,7 +398,8 @@ def _command(case: Case) -> list[str]:
 def run(case: Case, env: dict[str, str]) -> Result:
     start = time.perf_counter()
     try:
-        proc = subprocess.run(_command(case), input=case.stdin, capture_output=True, timeout=case.timeout, env=env)
+        proc = subprocess.run(_command(case), input=case.stdin, capture_output=True, timeout=case.timeout,
+                              env={**env, **case.env})
     except subprocess.TimeoutExpired:
         return Result(case, None, time.perf_counter() - start, [f"no exit within {case.timeout:g} s (a hang)"])
     seconds = time.perf_counter() - start

@@ -214,9 +214,13 @@ def _field_help(keyed: KeyedTable) -> str:
     return f"{keyed.ref.table} keys: {', '.join(key_columns(keyed))}; heads: {heads}"
 
 
-def _as_int(name: str, value: Any, keyed: KeyedTable) -> int:
-    """A query's integer field, strictly and inside its range (modperf.limits)."""
-    return limits.parse_int(name, value, fix=_field_help(keyed))
+def _as_int(name: str, value: Any, keyed: KeyedTable, *, minimum: int | None = None) -> int:
+    """A query's integer field, strictly and inside its range (modperf.limits); ``minimum``
+    raises the range's lower bound for a caller that needs more."""
+    rng = limits.range_of(name)
+    if minimum is not None and minimum > rng.low:
+        rng = limits.Range(minimum, rng.high, rng.what)
+    return limits.parse_int(name, value, rng=rng, fix=_field_help(keyed))
 
 
 def _check_names(fields: Mapping[str, Any]) -> None:

@@ -8,9 +8,15 @@ historical fixtures in ``../shared/fixtures`` beside the checkout. A fresh clone
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -47,3 +53,255 @@ def writable_copy(src: Path, dst: Path) -> Path:
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# --- the collector-side writer, replayed (test_writer, test_crash) ---------------------------
+
+
+def split_columns(table, leave_out: tuple[str, ...]) -> tuple[dict, list[str]]:
+    """Columns with one value are fixed at open; the rest are given per measurement."""
+    import pyarrow.compute as pc
+
+    fixed, per_row = {}, []
+    for name in table.column_names:
+        if name in leave_out:
+            continue
+        values = pc.unique(table.column(name)).to_pylist()
+        if len(values) == 1:
+            fixed[name] = values[0]
+        else:
+            per_row.append(name)
+    return fixed, per_row
+
+
+def replay(rows, root: Path, table: str, *, leave_out: tuple[str, ...], system: str, backend: str, **kwargs):
+    """Write ``rows`` through a writer the way a collector would, one add() per row."""
+    from modperf.writer import open_writer
+
+    fixed, per_row = split_columns(rows, ("latency", *leave_out))
+    version = fixed.pop("version")
+    fixed.pop("model", None)
+    with open_writer(table, root=root, system=system, backend=backend, version=version, **kwargs, **fixed) as writer:
+        columns = {n: rows.column(n).to_pylist() for n in (*per_row, "latency")}
+        for i in range(rows.num_rows):
+            writer.add(columns["latency"][i], **{n: columns[n][i] for n in per_row})
+    return writer
+
+
+# --- the CLI as a user runs it --------------------------------------------------------------
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``modperf ARGV`` in this process through the real entry point (parser errors included):
+    (exit code, stdout, stderr)."""
+    from modperf.cli import main
+
+    capsys.readouterr()
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def unprivileged(cmd: list[str]) -> list[str]:
+    """``cmd`` so that file permission bits apply to it: as root, without CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH (setpriv); otherwise as it is. Skips when root cannot drop them."""
+    if os.geteuid() != 0:
+        return cmd
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: permission bits cannot be made to apply")
+    drop = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", "--", *cmd]
+
+
+def run_cli(argv: list[str], *, drop_privileges: bool = False, stdin: bytes | None = None,
+            timeout: float = 60, preexec_fn=None) -> subprocess.CompletedProcess:
+    """``python -m modperf ARGV`` in a child process (text output)."""
+    cmd = [sys.executable, "-m", "modperf", *argv]
+    if drop_privileges:
+        cmd = unprivileged(cmd)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout, env=env, preexec_fn=preexec_fn)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                                       proc.stderr.decode("utf-8", "replace"))
+
+
+def strict_json(text: str):
+    """``json.loads`` that refuses NaN and Infinity (RFC 8259, JavaScript's JSON.parse)."""
+    def refuse(name: str):
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def world_readable_tmp(tmp_path: Path) -> Path:
+    """A folder under tmp_path that a process without CAP_DAC_* can enter (pytest's base is 0700)."""
+    for p in (tmp_path, *tmp_path.parents):
+        if p == Path(tempfile.gettempdir()):
+            break
+        p.chmod(p.stat().st_mode | 0o755)
+    return tmp_path
+
+
+# --- kill -9 (test_crash, bench/crash.py) -------------------------------------------------------
+
+
+def crash_server() -> None:
+    """A fork server: reads one JSON request per line, forks a child that runs it, answers
+    ``{"pid": ...}`` at once and ``{"pid", "code", "killed", "seconds"}`` when the child ends.
+    modperf is imported once, before any fork, by a process that has read no table (so no
+    worker thread holds a lock a child would inherit); each child starts its work at once."""
+    import signal
+    import time
+
+    import modperf.cli  # noqa: F401  (imported before forking)
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:  # the child: run, never return into the loop
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            code = 1
+            try:
+                code = _crash_op(request)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                code = 70
+            os._exit(code)
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+        print(json.dumps({"pid": pid, "code": code, "killed": killed, "seconds": time.perf_counter() - start}),
+              flush=True)
+
+
+def _crash_op(request: dict) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from modperf.cli import main
+
+    op, args = request["op"], request["args"]
+    if op == "cli":
+        main(args["argv"])
+        return 0
+    if op == "writer":
+        rows = pq.read_table(args["rows"])
+        scaled = pa.array(rows.column("latency").to_numpy() * args["scale"])
+        rows = rows.set_column(rows.column_names.index("latency"), "latency", scaled)
+        replay(rows, Path(args["root"]), args["table"], leave_out=("num_heads",), system=args["system"],
+               backend=args["backend"], model=args["model"], overwrite=True)
+        return 0
+    raise ValueError(op)
+
+
+class CrashServer:
+    """The test side of :func:`crash_server`: run a request, optionally SIGKILL the child after
+    ``kill_after`` seconds; returns the child's end record."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "src"),
+                                                            os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen([sys.executable, "-c", "from tests.helpers import crash_server; crash_server()"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+    def run(self, op: str, args: dict, kill_after: float | None = None) -> dict:
+        import signal
+        import time
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, "args": args}) + "\n")
+        self.proc.stdin.flush()
+        pid = json.loads(self.proc.stdout.readline())["pid"]
+        if kill_after is not None:
+            time.sleep(kill_after)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` except modperf's temporary files, by relative path."""
+    from modperf.atomic import TMP_SUFFIX
+
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.name.endswith(TMP_SUFFIX)}
+
+
+def temps_under(folder: Path) -> list[Path]:
+    from modperf.atomic import TMP_SUFFIX
+
+    return sorted(p for p in folder.rglob(f"*{TMP_SUFFIX}"))
+
+
+def restore(folder: Path, content: dict[str, bytes]) -> None:
+    """Put ``folder`` back to ``content`` (files only; temporary files of earlier trials stay,
+    as a crash would leave them)."""
+    for rel, data in content.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_bytes() != data:
+            path.unlink(missing_ok=True)
+            path.write_bytes(data)
+
+
+def kill_campaign(server: CrashServer, op: str, args: dict, folder: Path, old: dict[str, bytes],
+                  new: dict[str, bytes], trials: int, seed: int,
+                  same: Callable[[str, bytes, bytes], bool] | None = None) -> dict[str, int]:
+    """``trials`` runs of one write, each SIGKILLed at a point of the run (stratified: half over
+    0..1.2x its duration, half over its last half, where it writes; one after it ends), from the
+    ``old`` content of ``folder`` (the run's duration is measured first, from the same state).
+    After each kill every file must hold its old or its new bytes (``same`` may relax that for
+    a file, e.g. a sidecar that records the date); then the write runs again, unkilled, and
+    ``folder`` must hold exactly the new content and no temporary file. Returns counts."""
+    import random
+
+    rng = random.Random(seed)
+    durations = []
+    for _ in range(2):  # the run's duration from old to new, warm (the faster of two)
+        restore(folder, old)
+        end = server.run(op, args)
+        assert end["code"] == 0, end
+        durations.append(end["seconds"])
+    duration = min(durations)
+    spread = trials // 2  # over the whole run
+    late = trials - spread - 1  # over its end, where the writes, verifications and renames are
+    points = [(i + rng.random()) / spread * 1.2 * duration for i in range(spread)]
+    points += [(0.55 + 0.5 * (i + rng.random()) / late) * duration for i in range(late)] + [3 * duration]
+    stats = {"trials": 0, "killed": 0, "files_old": 0, "files_new": 0, "debris_before_next_run": 0,
+             "debris_after_next_run": 0}
+    equal = same or (lambda rel, a, b: a == b)
+    for at in points:
+        restore(folder, old)
+        end = server.run(op, args, kill_after=at)
+        stats["trials"] += 1
+        stats["killed"] += bool(end["killed"])
+        now = files_of(folder)
+        assert set(now) == set(new), f"files after a kill at {at:.3f}s: {sorted(set(now) ^ set(new))}"
+        for rel, data in now.items():
+            if equal(rel, data, new[rel]):
+                stats["files_new"] += 1
+            else:
+                assert equal(rel, data, old[rel]), f"{rel} is neither the old nor the new file (kill at {at:.3f}s)"
+                stats["files_old"] += 1
+        stats["debris_before_next_run"] += len(temps_under(folder))
+        again = server.run(op, args)
+        assert again["code"] == 0, again
+        assert all(equal(rel, data, new[rel]) for rel, data in files_of(folder).items()), "the re-run did not finish"
+        left = temps_under(folder)
+        stats["debris_after_next_run"] += len(left)
+        assert not left, f"debris after the next run: {left}"
+    return stats

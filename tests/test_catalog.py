@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from modperf import errors as E
-from modperf.catalog import Catalog, embedded_data_root, refs_for_paths, resolve_data_root
+from modperf.catalog import Catalog, embedded_data_root, refs_for_paths, resolve_data_root, sidecar_problems
 from modperf.families import head_bearing_tables
 
 
@@ -80,9 +80,10 @@ def test_reuse_with_missing_donor_is_reported(tmp_path: Path):
     (version / "reuse.yaml").write_text("reuse:\n- table: mla_context_module_perf\n  from_version: 0.29.0\n")
     catalog = Catalog.scan(tmp_path)
     assert catalog.slots == []
-    assert catalog.problems == [
-        f"{version}/reuse.yaml: mla_context_module reuses version 0.29.0, which has no such table"
-    ]
+    assert [(type(p), str(p)) for p in catalog.problems] == [
+        (E.SidecarError, f"{version}/reuse.yaml: mla_context_module reuses version 0.29.0, which has no such table. "
+                         "Fix: restore the donor table or correct reuse.yaml")]
+    assert catalog.problems[0].exit_code == 1  # the data root's fault, not the request's
 
 
 def test_paths_keep_the_layout_when_they_have_it(fixtures: Path):
@@ -104,3 +105,76 @@ def test_paths_that_are_not_tables(tmp_path: Path):
         refs_for_paths([tmp_path / "missing_perf.parquet"])
     with pytest.raises(E.UnknownTableError, match="folder holds no"):
         refs_for_paths([tmp_path])
+
+
+# --- parts of a data root that cannot be read or trusted: problems, never skipped ---------------
+
+MLA = "07_latent_collision/wheel/gb300/mla/vllm/0.27.0/mla_context_module_perf.parquet"
+
+
+def _root_with_table(fixtures: Path, root: Path) -> Path:
+    version = root / "gb300" / "mla" / "vllm" / "0.27.0"
+    version.mkdir(parents=True)
+    (version / "mla_context_module_perf.parquet").write_bytes((fixtures / MLA).read_bytes())
+    return version
+
+
+@pytest.mark.parametrize("text, message", [
+    ("5\n", "reuse.yaml holds a int, not a mapping"),
+    ("reuse: 7\n", "reuse.yaml: 'reuse' holds a int, not a list"),
+    ("reuse: [1]\n", "reuse.yaml: entry 0 is not a {table, from_version} mapping"),
+    ("reuse: [\n", "cannot parse reuse.yaml"),
+    ("\x00\x01", "cannot parse reuse.yaml"),
+])
+def test_malformed_reuse_yaml_is_a_problem(fixtures: Path, tmp_path: Path, text: str, message: str):
+    """A scalar reuse.yaml used to be an internal error (iterating an int); a YAML error made every
+    command exit 2. Now the catalog scans, the table still answers, and the sidecar is a problem."""
+    version = _root_with_table(fixtures, tmp_path)
+    (version / "reuse.yaml").write_text(text)
+    catalog = Catalog.scan(tmp_path)
+    assert [r.table for r in catalog.slots] == ["mla_context_module"]
+    assert len(catalog.problems) == 1 and isinstance(catalog.problems[0], E.SidecarError)
+    assert message in str(catalog.problems[0]) and catalog.problems[0].exit_code == 1
+
+
+def test_malformed_collection_meta_reads_as_empty_and_is_reported(fixtures: Path, tmp_path: Path):
+    """With and without --json alike: provenance reads as unknown, and the audits report the file."""
+    version = _root_with_table(fixtures, tmp_path)
+    (version / "collection_meta.yaml").write_text("tables: [\n")
+    ref = Catalog.scan(tmp_path).slots[0]
+    assert ref.to_dict()["provenance"] is None and ref.status is None
+    [problem] = sidecar_problems([version])
+    assert isinstance(problem, E.SidecarError)
+    assert "cannot parse collection_meta.yaml: did not find expected node content (line 2, column 1)" in str(problem)
+
+
+def test_links_out_of_the_root_are_refused_and_dangling_links_fail_loudly(fixtures: Path, tmp_path: Path):
+    version = tmp_path / "gb300" / "mla" / "vllm" / "0.27.0"
+    version.mkdir(parents=True)
+    (version / "mla_context_module_perf.parquet").symlink_to(fixtures / MLA)
+    (version / "mla_generation_module_perf.parquet").symlink_to(tmp_path / "nowhere")
+    inside = tmp_path / "gb300" / "mla" / "vllm" / "0.28.0"
+    inside.mkdir()
+    (inside / "mla_context_module_perf.parquet").symlink_to(version / "mla_generation_module_perf.parquet")
+    catalog = Catalog.scan(tmp_path)
+    assert [type(p) for p in catalog.problems] == [E.LinkOutsideRootError]
+    assert catalog.problems[0].file == str(version / "mla_context_module_perf.parquet")
+    # the dangling link (inside the root) is listed, so that loading it reports it
+    assert sorted(r.path.name for r in catalog.files) == ["mla_context_module_perf.parquet",
+                                                          "mla_generation_module_perf.parquet"]
+    problems: list[E.ModperfError] = []
+    refs_for_paths([tmp_path], problems)
+    assert [type(p) for p in problems] == [E.LinkOutsideRootError]
+    with pytest.raises(E.LinkOutsideRootError):
+        refs_for_paths([tmp_path])  # without a list to collect into, the problem is raised
+
+
+def test_a_folder_named_like_a_table_and_leftover_temp_files(fixtures: Path, tmp_path: Path):
+    version = _root_with_table(fixtures, tmp_path)
+    (version / "mla_generation_module_perf.parquet").mkdir()
+    (version / ".mla_context_module_perf.parquet.x1y2.modperf-tmp").write_bytes(b"half")
+    kinds = sorted(p.kind for p in Catalog.scan(tmp_path).problems)
+    assert kinds == ["stale_temp_file", "unreadable"]
+    problems: list[E.ModperfError] = []
+    assert [r.table for r in refs_for_paths([tmp_path], problems)] == ["mla_context_module"]
+    assert sorted(p.kind for p in problems) == ["stale_temp_file", "unreadable"]

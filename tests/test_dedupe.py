@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from modperf import errors as E
+from modperf.atomic import written_by_modperf
 from modperf.catalog import TableRef, embedded_data_root, refs_for_paths
 from modperf.dedupe import DEFAULT_TOLERANCE, audit_table, dedupe, write_table
 from modperf.loader import load_one
@@ -240,3 +241,38 @@ def test_embedded_corpus_has_no_alias_duplicates() -> None:
     assert {(f.ref.backend, f.ref.version, f.ref.table) for f in with_groups} == {
         ("sglang", "0.5.14", "dsa_context_module"), ("sglang", "0.5.14", "dsa_generation_module")}
     assert all(g.native == 64 and g.shared_keys == 0 for f in with_groups for g in f.alias_groups)
+
+
+# --- the output folder is owned ------------------------------------------------------------------
+
+
+def test_write_never_replaces_a_file_it_did_not_write(fixtures: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    dest = out / "h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
+    dest.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"a": [1]}), dest)  # someone else's parquet, in the way
+    with pytest.raises(E.OutputNotOwnedError) as info:
+        dedupe([str(fixtures / ALIAS)], write=out)
+    assert info.value.exit_code == 2 and info.value.values["files"] == [str(dest)]
+    assert pq.read_table(dest).column_names == ["a"]  # nothing was written: not even the other two tables
+    assert sorted(p.name for p in out.rglob("*.parquet")) == ["mla_context_module_perf.parquet"]
+    report = dedupe([str(fixtures / ALIAS)], write=out, force=True)
+    assert report.ok and report.totals()["files_written"] == 3
+    assert written_by_modperf(dest)
+    assert dedupe([str(fixtures / ALIAS)], write=out).ok  # its own files it replaces
+
+
+def test_write_to_a_file_or_a_link(fixtures: Path, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(E.DedupeOutputError, match="OUT_DIR is not a folder"):
+        dedupe([str(fixtures / ALIAS)], write=tmp_path / "file")
+    out = tmp_path / "out"
+    dest = out / "h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
+    dest.parent.mkdir(parents=True)
+    dest.symlink_to(tmp_path / "file")
+    with pytest.raises(E.OutputNotOwnedError):
+        dedupe([str(fixtures / ALIAS)], write=out)
+    report = dedupe([str(fixtures / ALIAS)], write=out, force=True)  # --force replaces files, never writes through links
+    (failed,) = [f.written for f in report.files if f.written is not None and not f.written.written]
+    assert failed.failures[0].kind == "target_exists" and not report.ok
+    assert (tmp_path / "file").read_text() == "x"

@@ -151,7 +151,7 @@ def test_bad_requests(db):
         estimate(db, model="acme/Nope", system="gb300", backend="vllm", isl=1, osl=1, batch=1)
     with pytest.raises(E.UnknownTableError, match="no tables for system=gb300 backend=tensorrt"):
         estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="tensorrt", isl=1, osl=1, batch=1)
-    with pytest.raises(E.UsageError, match="isl must be an integer >= 1"):
+    with pytest.raises(E.UsageError, match=r"isl must be an integer in 1\.\.4,194,304 \(tokens\)"):
         estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", isl=0, osl=1, batch=1)
     with pytest.raises(E.NotCoveredError) as info:
         estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", version="0.9.9", isl=1, osl=1,
@@ -190,7 +190,7 @@ def test_one_phase_out_of_coverage_leaves_the_other_answering(db):
     # nothing answering at all is the first reason, raised
     with pytest.raises(E.OutOfCoverageError):
         estimate(db, model="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", tps=[1], isl=4095, osl=512,
-                 batch=64, decode_kv=10_000_000)
+                 batch=64, decode_kv=4_000_000)
 
 
 def test_decode_kv_and_the_checkpoint_dtype(db):
@@ -250,3 +250,30 @@ def test_mla_without_module_tables_is_composed_from_its_parts(db):
                 isl=2048, osl=512, batch=8)
     assert not estimate(db, **both).tps[0].prefill[0].composed
     assert estimate(db, **both, mla="composed").tps[0].prefill[0].composed
+
+
+def test_bounds_at_the_entry(db):
+    kimi = dict(model="moonshotai/Kimi-K3", system="gb300", backend="vllm")
+    with pytest.raises(E.OptionValueError, match=r"--kernel-source names table\(s\) this estimate does not use: 'nope'"):
+        estimate(db, **kimi, isl=8, osl=8, batch=1, kernel_sources={"nope": "FLASH_ATTN"})
+    with pytest.raises(E.UsageError, match=r"batch must be an integer in 1\.\.1,048,576"):
+        estimate(db, **kimi, isl=8, osl=8, batch=2**30)
+    with pytest.raises(E.UsageError, match=r"a sequence \(prefix \+ isl, isl \+ osl\) is at most 4,194,304 tokens"):
+        estimate(db, **kimi, isl=2**21, osl=2**21 + 1, batch=1)
+    with pytest.raises(E.OptionValueError, match=r"tp sizes must be positive integers in 1\.\.4,096"):
+        estimate(db, **kimi, isl=8, osl=8, batch=1, tps=[10**12])
+
+
+def test_configs_that_used_to_hang_are_refused_at_once(fixtures, tmp_path):
+    """1e9 heads at tp 3 enumerated a billion divisors; 1e7 layers built a 1e7-layer schedule."""
+    import time
+
+    raw = json.loads((fixtures / "09_hf_configs" / "deepseek-ai--DeepSeek-V3_config.json").read_text())
+    for name, change in (("Heads", {"num_attention_heads": 10**9}), ("Layers", {"num_hidden_layers": 10**7})):
+        (tmp_path / f"acme--{name}_config.json").write_text(json.dumps({**raw, **change}))
+    db = modperf.open(model_configs=[tmp_path])
+    for model in ("acme/Heads", "acme/Layers"):
+        start = time.perf_counter()
+        with pytest.raises(E.ModelConfigError, match="must be an integer in"):
+            estimate(db, model=model, system="gb300", backend="vllm", tps=[3], isl=8, osl=8, batch=1)
+        assert time.perf_counter() - start < 2

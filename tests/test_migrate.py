@@ -443,3 +443,74 @@ def test_verification_failure_replaces_nothing(stale: Path, monkeypatch) -> None
     assert type(error) is E.MigrationVerificationError
     assert "column 'latency' changed" in str(error) and error.values["checks"]["other_columns_equal"] is False
     assert snapshot(stale) == before and temp_files((stale / CSA_CTX).parent) == []
+
+
+# --- symbolic links, output folders, --fill values --------------------------------------------
+
+
+def test_a_symlinked_table_has_its_target_rewritten(fixtures: Path, tmp_path: Path) -> None:
+    """The link stays a link; the file it points to (inside the folder migrated) is migrated."""
+    data = writable_copy(fixtures / STALE_DIR, tmp_path / "data")
+    folder = (data / CSA_CTX).parent
+    (folder / "store").mkdir()
+    target = folder / "store" / "csa_context_v1.parquet"  # not a table name: found only through the link
+    (data / CSA_CTX).rename(target)
+    (data / CSA_CTX).symlink_to(Path("store") / target.name)
+    report = migrate([data], execute=True, model_configs=[str(fixtures / "09_hf_configs")])
+    assert report.ok and only(report, "b200_sxm/sparse_attention/sglang/0.5.10/dsv4_csa_context").written
+    assert (data / CSA_CTX).is_symlink() and (data / CSA_CTX).resolve() == target
+    assert pq.read_table(target).equals(pq.read_table(fixtures / TWIN_DIR / CSA_CTX), check_metadata=True)
+    # a link and its target both found: one file, two inputs -- refused, not written twice
+    twin = writable_copy(fixtures / STALE_DIR, tmp_path / "twin")
+    (twin / "view").mkdir()
+    (twin / "view" / "dsv4_csa_context_module_perf.parquet").symlink_to(twin / CSA_CTX)
+    report = migrate([twin], execute=True, model_configs=[str(fixtures / "09_hf_configs")])
+    assert not report.ok and {r.kind for p in report.files for r in p.refusals} == {"target_conflict"}
+
+
+def test_a_link_out_of_its_folder_is_not_rewritten(fixtures: Path, tmp_path: Path) -> None:
+    stale = writable_copy(fixtures / STALE_DIR, tmp_path / "stale")
+    before = snapshot(stale)
+    named = tmp_path / "elsewhere" / "dsv4_csa_context_module_perf.parquet"
+    named.parent.mkdir()
+    named.symlink_to(stale / CSA_CTX)
+    folder = tmp_path / "linked" / "b200_sxm/sparse_attention/sglang/0.5.10"
+    folder.mkdir(parents=True)
+    (folder / "dsv4_csa_context_module_perf.parquet").symlink_to(stale / CSA_CTX)
+    # named on its own: refused in place (it points out of its folder)
+    plan = only(migrate([named], execute=True, model_configs=[str(fixtures / "09_hf_configs")]))
+    assert [r.kind for r in plan.refusals] == ["link_outside_root"] and not plan.written
+    # found in a folder search: the link is not followed at all
+    with pytest.raises(E.LinkOutsideRootError):
+        migrate([tmp_path / "linked"], execute=True)
+    assert snapshot(stale) == before
+
+
+def test_out_under_a_file_is_a_usage_error(fixtures: Path, legacy: Path, tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    for out, message in ((tmp_path / "f", "--out is not a folder"), (tmp_path / "f" / "sub", "--out lies under a file")):
+        with pytest.raises(E.UsageError, match=message) as info:
+            migrate([legacy], model=V3, out=out)
+        assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("value, message", [
+    ("99999999999999999999999", r"step must be an integer in 0\.\.4,194,304"),
+    ("-1", r"step must be an integer in 0\.\.4,194,304"),
+    ("abc", r"step must be an integer in 0\.\.4,194,304"),
+    ("\u00b2", r"step must be an integer in 0\.\.4,194,304"),
+])
+def test_fill_values_are_typed_and_ranged(legacy: Path, tmp_path: Path, value: str, message: str) -> None:
+    """An overflowing --fill used to fail inside pyarrow (an internal error)."""
+    lines = (legacy / "context_mla_perf.txt").read_text().splitlines()
+    col = lines[0].split(",").index("step")
+    nostep = tmp_path / "nostep"
+    nostep.mkdir()
+    (nostep / "context_mla_perf.txt").write_text(
+        "\n".join(",".join(v for i, v in enumerate(line.split(",")) if i != col) for line in lines) + "\n")
+    with pytest.raises(E.OptionValueError, match=message):
+        migrate([nostep], model=V3, out=tmp_path / "out", fills={"step": value})
+    plan = only(migrate([nostep], model=V3, out=tmp_path / "out", fills={"step": "0"}))
+    assert plan.ok and plan.filled["step"] == {"value": 0, "source": "--fill"}
+    with pytest.raises(E.OptionValueError, match="--fill 'stepp' fills nothing"):
+        migrate([nostep], model=V3, out=tmp_path / "out", fills={"step": "0", "stepp": "0"})

@@ -62,8 +62,10 @@ def test_bad_configs_are_typed(tmp_path: Path):
         reg.get("acme/Broken")
     with pytest.raises(E.ModelConfigError, match="config of acme/NoHeads has no field 'num_attention_heads'"):
         reg.get("acme/NoHeads").native_heads
-    with pytest.raises(E.ModelConfigError, match="model-config folder does not exist"):
+    # a folder the user names that is not there is a usage error (exit 2), not bad data
+    with pytest.raises(E.ModelConfigsFolderError, match="model-config folder does not exist") as info:
         ModelRegistry([tmp_path / "missing"])
+    assert info.value.exit_code == 2
 
 
 def test_glm5_and_glm52_are_aliases_for_the_dsa_module(models: ModelRegistry):
@@ -98,3 +100,73 @@ def test_geometry_splits_what_the_module_reads(models: ModelRegistry):
 def test_missing_geometry_field_is_an_error(models: ModelRegistry):
     with pytest.raises(E.ModelConfigError, match="config of moonshotai/Kimi-K2-Instruct has no field 'index_n_heads'"):
         models.get("moonshotai/Kimi-K2-Instruct").geometry(DSA.geometry)
+
+
+# --- every config value modperf computes with is checked when the config is read ---------------
+
+
+def _variant(fixture_dir: Path, tmp_path: Path, model: str, **changes) -> ModelRegistry:
+    raw = json.loads((fixture_dir / "deepseek-ai--DeepSeek-V3_config.json").read_text())
+    (tmp_path / config_filename(model)).write_text(json.dumps({**raw, **changes}))
+    return ModelRegistry([tmp_path])
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("num_attention_heads", 10**9, "num_attention_heads of acme/X must be an integer in 1..65,536 (attention heads)"),
+    ("num_attention_heads", True, "num_attention_heads of acme/X must be an integer in 1..65,536"),
+    ("num_attention_heads", "128", "num_attention_heads of acme/X must be an integer in 1..65,536"),
+    ("num_hidden_layers", 10**7, "num_hidden_layers of acme/X must be an integer in 1..4,096 (layers)"),
+    ("num_key_value_heads", 0, "num_key_value_heads of acme/X must be an integer in 1..65,536"),
+    ("hidden_size", 2**70, "config of acme/X holds an integer outside 64 bits"),
+    ("hidden_size", None, "hidden_size of acme/X must be an integer in 1..1,048,576"),
+    ("num_hidden_layers", 12.0, "num_hidden_layers of acme/X must be an integer in 1..4,096"),
+    ("sliding_window", -1, "sliding_window of acme/X must be an integer in 0..4,194,304"),
+    ("compress_ratios", [4] * 9000, "compress_ratios of acme/X lists 9,000 layers (at most 8,192)"),
+])
+def test_config_values_out_of_range(fixtures: Path, tmp_path: Path, field, value, message):
+    reg = _variant(fixtures / "09_hf_configs", tmp_path, "acme/X", **{field: value})
+    with pytest.raises(E.ModelConfigError) as info:
+        reg.get("acme/X")
+    assert message in str(info.value) and info.value.exit_code == 1
+    if "must be an integer in" in message:
+        assert info.value.values["field"] == field
+
+
+def test_configs_that_are_not_configs(tmp_path: Path):
+    (tmp_path / "acme--Deep_config.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "acme--Nested_config.json").write_text('{"a": ' + "[" * 40 + "]" * 40 + "}")
+    (tmp_path / "acme--Binary_config.json").write_bytes(b"\xff\xfe\x00")
+    with open(tmp_path / "acme--Huge_config.json", "wb") as f:
+        f.truncate(17 * 2**20)
+    reg = ModelRegistry([tmp_path])
+    for model, message in (("acme/Deep", "config of acme/Deep nests deeper than JSON configs do"),
+                           ("acme/Nested", "config of acme/Nested nests deeper than 32 levels"),
+                           ("acme/Binary", "cannot read config of acme/Binary: UnicodeDecodeError"),
+                           ("acme/Huge", "config of acme/Huge is 17,825,792 bytes: too large to be an HF config")):
+        with pytest.raises(E.ModelConfigError, match=message):
+            reg.get(model)
+
+
+def test_a_model_configs_path_that_is_a_file_is_a_usage_error(tmp_path: Path):
+    (tmp_path / "a.txt").write_text("x")
+    with pytest.raises(E.ModelConfigsFolderError) as info:
+        ModelRegistry([tmp_path / "a.txt"])
+    assert info.value.exit_code == 2
+
+
+def test_every_config_in_the_corpus_and_fixtures_is_inside_the_ranges(fixtures: Path):
+    reg = ModelRegistry.default([fixtures / "09_hf_configs"])
+    assert len(reg.ids()) == 89
+    for model in reg.ids():
+        reg.get(model)  # raises for a value out of range
+
+
+def test_per_layer_lists_shorter_than_the_layers(fixtures: Path, tmp_path: Path):
+    from modperf.layers import layer_schedule
+
+    raw = json.loads((fixtures / "09_hf_configs" / "MiniMaxAI--MiniMax-M3_config.json").read_text())
+    text = raw.get("text_config", raw)
+    text["sparse_attention_config"]["sparse_attention_freq"] = [1, 0]
+    (tmp_path / "acme--Short_config.json").write_text(json.dumps(raw))
+    with pytest.raises(E.ModelConfigError, match=r"sparse_attention_freq of acme/Short must list one value per layer"):
+        layer_schedule(ModelRegistry([tmp_path]).get("acme/Short"))

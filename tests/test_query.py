@@ -250,3 +250,50 @@ def test_gemm_tables_answer_without_a_head_axis(db: modperf.Database) -> None:
     between = db.query(**slot, gemm_dtype="bfloat16", m=1000, n=4096, k=7168)
     below = db.query(**slot, gemm_dtype="bfloat16", m=768, n=4096, k=7168)
     assert between.kind == "interpolated" and below.latency_ms < between.latency_ms < exact.latency_ms
+
+
+# --- bounds and strict fields (modperf.limits) -------------------------------------------------
+
+KIMI = dict(GB300, model="moonshotai/Kimi-K3", tp_size=3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(field=st.sampled_from(["batch_size", "isl", "tp_size", "native_heads", "num_heads"]),
+       value=st.one_of(st.integers(max_value=0), st.integers(min_value=2**22 + 1), st.just(2**62), st.just(2**70)))
+def test_numbers_outside_their_range_are_usage_errors(db, field, value):
+    """batch_size 0 and isl 0 used to be answered ('extrapolated'); 2**62 heads wrapped."""
+    fields = {**KIMI, "batch_size": 4, "isl": 2048}
+    if field == "native_heads":
+        fields.pop("model")
+    if field == "num_heads":
+        fields.pop("tp_size")
+    fields[field] = value
+    with pytest.raises(E.QueryFieldError) as info:
+        db.query(**fields)
+    assert info.value.values["field"] == field and info.value.exit_code == 2
+    assert f"{field} must be an integer in" in info.value.detail
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(allow_substitute="false"), "allow_substitute must be true or false"),
+    (dict(allow_substitute=0), "allow_substitute must be true or false"),
+    (dict(self=1), "unknown field(s) 'self' for table mla_context_module"),
+    (dict(batch_size="\u00b2"), "batch_size must be an integer in 1..1,048,576"),
+    (dict(batch_size=True), "batch_size must be an integer in 1..1,048,576"),
+    (dict(isl=[2048]), "isl must be an integer in 1..4,194,304"),
+    (dict(mla_dtype=["bfloat16"]), "field 'mla_dtype' must be a string, a number or a boolean, not a list"),
+])
+def test_fields_are_parsed_strictly(db, fields, message):
+    with pytest.raises(E.QueryFieldError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        db.query(**{**KIMI, "batch_size": 4, "isl": 2048, **fields})
+    assert db.query(**KIMI, batch_size=4, isl=2048, allow_substitute=False).latency_ms == 0.7945
+
+
+def test_query_many_checks_its_arrays(db):
+    base = {k: v for k, v in KIMI.items()}
+    lat, _ = db.query_many(**base, batch_size=np.array([4, 8]), isl=2048)
+    assert lat.tolist()[0] == 0.7945
+    for bad in (np.array([4, 0]), np.array([4.0, np.nan]), np.array([np.nan, 4.0]), np.array([4, 2**40]),
+                np.array([True, False])):
+        with pytest.raises(E.QueryFieldError, match=r"field 'batch_size' must hold numbers in 1\.\.1,048,576"):
+            db.query_many(**base, batch_size=bad, isl=2048)

@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from modperf import errors as E
 from modperf.catalog import TableRef, refs_for_paths
@@ -247,3 +249,67 @@ def test_every_failure_is_collected(db, models, tmp_path):
     # unreadable columns stop the row checks, but every column problem is listed
     kinds = sorted(f.kind for f in failures(variant(db, tmp_path, MLA_MODULE, mutate_types), models))
     assert kinds == ["column_type", "null_value"]
+
+
+# --- value ranges (modperf.limits, docs/limits.md) ----------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(heads=st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, 1, 2**16, 2**16 + 1, 2**62, 2**63 - 1])))
+def test_num_heads_is_checked_against_its_range(db, models, tmp_path_factory, heads: int) -> None:
+    """A head count outside 1..65,536 is refused by the loader (it used to pass: 2**62 at tp 1)."""
+    ref = variant(db, tmp_path_factory.mktemp("heads"), MLA_MODULE, lambda t: patched(t, "num_heads", {0: heads}))
+    result = load_one(ref, models)
+    invalid = [f for f in result.failures if isinstance(f, E.InvalidHeadsError)]
+    if 1 <= heads <= 2**16:
+        assert not invalid
+    else:
+        assert len(invalid) == 1 and invalid[0].rows == [0]
+        assert invalid[0].values == {"column": "num_heads", "examples": [heads]}
+        assert "'num_heads' must be an integer in 1..65,536 (attention heads)" in invalid[0].detail
+
+
+def test_heads_that_wrap_int64_at_tp_4_are_refused(db, models, tmp_path):
+    """num_heads = 2**62 + 32 at tp 4: num_heads * tp_size is 128 modulo 2**64, which matched
+    DeepSeek-V4-Pro's native and passed; a query then interpolated between 128 and 4.6e18."""
+    table = pq.read_table(db.ref(*DSV4_GEN).path)
+    models_col, tps = table.column("model").to_pylist(), table.column("tp_size").to_pylist()
+    row = next(i for i, (m, t) in enumerate(zip(models_col, tps)) if t == 4)
+    assert (np.array([2**62 + 32], dtype=np.int64) * 4)[0] == 128  # the wraparound itself
+    ref = variant(db, tmp_path, DSV4_GEN, lambda t: patched(t, "num_heads", {row: 2**62 + 32}))
+    f = only(failures(ref, models), E.InvalidHeadsError)
+    assert f.rows == [row] and f.values["examples"] == [2**62 + 32]
+
+
+@pytest.mark.parametrize("column, value, cls", [("batch_size", 0, E.ValueRangeError), ("batch_size", 2**40, E.ValueRangeError),
+                                                ("isl", -1, E.ValueRangeError), ("tp_size", 5000, E.InvalidHeadsError)])
+def test_key_columns_are_checked_against_their_range(db, models, tmp_path, column, value, cls):
+    ref = variant(db, tmp_path, DSV4_GEN, lambda t: patched(t, column, {3: value}))
+    f = only(failures(ref, models), cls)
+    assert f.rows == [3] and f.values == {"column": column, "examples": [value]}
+
+
+def test_an_empty_table_is_a_failure(db, models, tmp_path):
+    ref = variant(db, tmp_path, MLA_MODULE, lambda t: t.slice(0, 0))
+    f = only(failures(ref, models), E.EmptyTableError)
+    assert str(f) == f"{ref.path}: the table holds no rows: it can answer nothing. Fix: re-collect the table, or " \
+                     "remove the file"
+
+
+def test_duplicate_column_names(db, models, tmp_path):
+    ref = variant(db, tmp_path, MLA_MODULE, lambda t: pa.Table.from_arrays([*t.columns, t.column("isl")],
+                                                                          names=[*t.column_names, "isl"]))
+    f = only(failures(ref, models), E.DuplicateColumnError)
+    assert "column name(s) 'isl' appear more than once" in f.detail and f.values == {"columns": ["isl"]}
+
+
+def test_a_file_that_is_not_a_table_is_not_quoted(models, tmp_path):
+    """A CSV-named link to /etc/passwd: the reason says what is wrong, never a line of the file."""
+    folder = tmp_path / "h200_sxm/mla/trtllm/0.20.0"
+    folder.mkdir(parents=True)
+    for name, text in (("context_mla_perf.txt", Path("/etc/passwd").read_text()),
+                       ("generation_mla_perf.txt", "root:x:0:0:root:/root:/bin/bash\n1\n")):
+        (folder / name).write_text(text)
+        f = only(failures(refs_for_paths([folder / name])[0], models), E.UnreadableTableError)
+        assert "root:" not in str(f) and "/bin/" not in str(f)
+    assert "not a perf table" in str(f) or "CSV" in str(f)

@@ -12,13 +12,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from modperf import errors as E
+from modperf import limits
 from modperf.atomic import temp_files
 from modperf.check import check
 from modperf.loader import load_table
 from modperf.models import ModelRegistry
 from modperf.writer import SIDECAR, open_writer
+from tests.helpers import replay, split_columns
 
 CSA_GEN = "07_latent_collision/wheel/b200_sxm/sparse_attention/sglang/0.5.14/dsv4_csa_generation_module_perf.parquet"
 HCA_ATTN = "05_dsv4_sparse_kernel/wheel/b200_sxm/sparse_attention/vllm/0.24.0/dsv4_hca_attn_module_perf.parquet"
@@ -26,33 +30,6 @@ TOPK = "05_dsv4_sparse_kernel/wheel/b200_sxm/sparse_attention/sglang/0.5.14/dsv4
 GQA = "04_gqa_attention/wheel/a100_sxm/attention/trtllm/1.0.0/context_attention_perf.parquet"
 PRO = "deepseek-ai/DeepSeek-V4-Pro"
 FLASH_FP8 = "sgl-project/DeepSeek-V4-Flash-FP8"
-
-
-def split_columns(table: pa.Table, leave_out: tuple[str, ...]) -> tuple[dict, list[str]]:
-    """Columns with one value are fixed at open; the rest are given per measurement."""
-    fixed, per_row = {}, []
-    for name in table.column_names:
-        if name in leave_out:
-            continue
-        values = pc.unique(table.column(name)).to_pylist()
-        if len(values) == 1:
-            fixed[name] = values[0]
-        else:
-            per_row.append(name)
-    return fixed, per_row
-
-
-def replay(rows: pa.Table, root: Path, table: str, *, leave_out: tuple[str, ...], system: str, backend: str,
-           **kwargs):
-    """Write ``rows`` through a writer the way a collector would, one add() per row."""
-    fixed, per_row = split_columns(rows, ("latency", *leave_out))
-    version = fixed.pop("version")
-    fixed.pop("model", None)
-    with open_writer(table, root=root, system=system, backend=backend, version=version, **kwargs, **fixed) as writer:
-        columns = {n: rows.column(n).to_pylist() for n in (*per_row, "latency")}
-        for i in range(rows.num_rows):
-            writer.add(columns["latency"][i], **{n: columns[n][i] for n in per_row})
-    return writer
 
 
 @pytest.fixture
@@ -317,3 +294,36 @@ def test_native_keyed_table_refuses_local_heads_in_num_heads(tmp_path: Path) -> 
     assert w.close().rows == 1
     assert pq.read_table(w.path).select(["num_heads", "local_num_heads", "tp_size"]).to_pylist() == [
         {"num_heads": 64, "local_num_heads": 32, "tp_size": 2}]
+
+
+# --- integers out of range are refused at add(), never at close() -------------------------------
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(column=st.sampled_from(["batch_size", "isl", "step"]),
+       value=st.one_of(st.sampled_from([2**63, 2**70, 2**64 - 1, 2**62, -1, -(2**63) - 1]),
+                       st.integers(min_value=2**22 + 1), st.integers(max_value=-1)))
+def test_out_of_range_integers_are_refused_at_add(tmp_path_factory, column: str, value: int) -> None:
+    """2**63, 2**70 and uint64 max used to be accepted by add() and fail in close() with an
+    OverflowError, losing every good measurement of the session."""
+    root = tmp_path_factory.mktemp("w")
+    w = module_writer(root, model=PRO)
+    w.add(0.41, tp_size=1, **ROW)
+    with pytest.raises(E.MeasurementValueError) as info:
+        w.add(0.5, tp_size=2, **{**ROW, column: value})
+    assert info.value.values["column"] == column and info.value.rows == [1]
+    assert f"an integer in {limits.range_of(column).describe()}" in info.value.detail
+    assert len(w) == 1
+    assert w.close().rows == 1  # the session's good measurement is written
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("tp_size", 4097, "'tp_size' must be at most 4,096"),
+    ("num_heads", 2**62, "'num_heads' must be at most 65,536"),
+    ("batch_size", 0, "'batch_size' must be > 0"),
+])
+def test_head_and_tp_bounds_at_add(tmp_path: Path, column: str, value: int, message: str) -> None:
+    w = module_writer(tmp_path, model=PRO)
+    row = {**ROW, "tp_size": 1, column: value}
+    with pytest.raises(E.MeasurementValueError, match=message):
+        w.add(0.5, **row)

@@ -7,14 +7,28 @@ target may be replaced, a hard link when it must not exist yet (``link`` fails i
 clobbering, so two writers cannot both win). The folder is fsynced after the rename so the
 new name survives a crash. On any failure the temporary file is removed and the target is
 left as it was.
+
+A temporary file's name says whose it is: ``.{target}~{host}~{boot}~{pid}~{start}~{random}.modperf-tmp``
+(host name, boot id, process id and the process's start time). A process killed with
+``kill -9`` cannot remove its temporary file; the next write into the same folder on the same
+host removes it, but only once it can prove the writer is gone (no process with that id, or one
+that started at another time, or another boot). A temporary file it cannot prove stale is left
+alone; ``modperf check`` reports it.
+
+Output folders are owned: :func:`parquet_writer` can stamp a file as written by modperf (a
+key in the parquet footer), and :func:`written_by_modperf` reads the stamp back, so a command
+that writes into a folder it shares with other files can refuse to replace one it did not write.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
+import re
+import secrets
+import socket
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -26,13 +40,134 @@ import pyarrow.parquet as pq
 
 from . import errors as E
 
-#: Temporary files are named ``.{target name}.{random}.modperf-tmp`` beside the target.
+#: Temporary files end with this (the name before it says which process wrote it).
 TMP_SUFFIX = ".modperf-tmp"
+#: Parquet footer key that marks a file modperf wrote (value: which command and version).
+OWNER_KEY = b"modperf.written_by"
+_SEP = "~"
+_HOST_CHARS = re.compile(r"[^A-Za-z0-9.-]")
+
+
+@functools.cache
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip().replace("-", "")[:12] or "0"
+    except OSError:
+        return "0"
+
+
+def _host() -> str:
+    return _HOST_CHARS.sub("-", socket.gethostname())[:64] or "host"
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, from /proc), or None where there is no
+    such process or no /proc to ask."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat_line = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: count fields after the last ')'
+    fields = stat_line[stat_line.rfind(b")") + 2:].split()
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _temp_prefix(target: Path) -> str:
+    me = os.getpid()
+    return _SEP.join((f".{target.name[:80]}", _host(), _boot_id(), str(me), _start_time(me) or "0", ""))
+
+
+def temp_owner(path: Path) -> tuple[str, str, int, str] | None:
+    """(host, boot id, pid, start time) of a temporary file this module named, else None."""
+    name = path.name
+    if not name.endswith(TMP_SUFFIX):
+        return None
+    parts = name[: -len(TMP_SUFFIX)].rsplit(_SEP, 5)
+    if len(parts) != 6 or not parts[3].isdigit():
+        return None
+    return parts[1], parts[2], int(parts[3]), parts[4]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def is_stale_temp(path: Path) -> bool:
+    """Whether ``path`` is a temporary file of a modperf process on this host that is provably
+    gone: another boot, no process with its id, or a process with its id that started at
+    another time. Anything else (another host, an unknown name, a live writer) is not."""
+    owner = temp_owner(path)
+    if owner is None:
+        return False
+    host, boot, pid, start = owner
+    if host != _host():
+        return False
+    if boot != _boot_id():
+        return boot != "0" and _boot_id() != "0"
+    if not _pid_alive(pid):
+        return True
+    now = _start_time(pid)
+    return now is not None and start != "0" and now != start
+
+
+def is_live_temp(path: Path) -> bool:
+    """Whether ``path`` is the temporary file of a write still running on this host."""
+    owner = temp_owner(path)
+    if owner is None or owner[0] != _host() or owner[1] != _boot_id():
+        return False
+    return not is_stale_temp(path) and _pid_alive(owner[2])
 
 
 def temp_files(folder: Path) -> list[Path]:
-    """Leftover temporary files of this module in ``folder`` (there should be none)."""
-    return sorted(p for p in folder.iterdir() if p.name.endswith(TMP_SUFFIX))
+    """Temporary files of this module in ``folder`` (after a completed write there are none)."""
+    try:
+        return sorted(p for p in folder.iterdir() if p.name.endswith(TMP_SUFFIX))
+    except OSError:
+        return []
+
+
+def sweep(folder: Path) -> list[Path]:
+    """Remove the temporary files in ``folder`` left by modperf writes that were killed (only
+    those :func:`is_stale_temp` proves stale); returns what was removed."""
+    removed = []
+    for p in temp_files(folder):
+        if is_stale_temp(p):
+            with suppress(OSError):
+                p.unlink()
+                removed.append(p)
+    return removed
+
+
+def written_by_modperf(path: Path) -> bool:
+    """Whether ``path`` is a parquet file stamped by :func:`parquet_writer` (``owner=``)."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return False
+        meta = pq.read_schema(path).metadata or {}
+    except (pa.ArrowException, OSError, ValueError):
+        return False
+    return OWNER_KEY in meta
+
+
+def real_target(target: Path, *, follow: bool) -> Path:
+    """The file a write to ``target`` replaces: a symbolic link is followed (the link stays, its
+    target is rewritten) only when the caller decided to; otherwise it is refused."""
+    if not target.is_symlink():
+        return target
+    if not follow:
+        raise E.TargetExistsError("target is a symbolic link; it is not replaced", file=target,
+                                  fix="write somewhere else, or replace the link by the file it points to")
+    return target.resolve()
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -113,23 +248,29 @@ def stage(
     *,
     overwrite: bool,
     verify: Callable[[Path], None] | None = None,
+    follow_symlink: bool = False,
 ) -> StagedFile:
     """Write ``target``'s future content to a temporary file beside it and verify it.
 
     ``write`` receives the open temporary file. ``verify`` receives its path once it is
     complete and fsynced; raising there (or anywhere) removes the temporary file. Nothing
-    is visible under ``target`` until :meth:`StagedFile.commit`.
+    is visible under ``target`` until :meth:`StagedFile.commit`. A ``target`` that is a
+    symbolic link is refused unless ``follow_symlink`` (then the file it points to is replaced
+    and the link stays). Stale temporary files of killed writes in the folder are removed first.
     """
-    target = Path(target)
-    if not overwrite and target.exists():
+    target = real_target(Path(target), follow=follow_symlink)
+    if not overwrite and (target.exists() or target.is_symlink()):
         raise E.TargetExistsError("target already exists", file=target, fix="remove it, or write somewhere else")
+    if target.is_dir():
+        raise E.TargetExistsError("target is a folder", file=target, fix="write somewhere else")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent)
+        sweep(target.parent)
+        temp = target.parent / f"{_temp_prefix(target)}{secrets.token_hex(4)}{TMP_SUFFIX}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
-        raise E.WriteFailedError(f"cannot create a file in {target.parent}: {exc}", file=target,
-                                 fix="check that the folder is writable") from exc
-    temp = Path(name)
+        raise E.WriteFailedError(f"cannot create a file in {target.parent}: {exc.strerror or exc}", file=target,
+                                 fix="check that the folder exists, is a folder and is writable") from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
@@ -143,7 +284,7 @@ def stage(
             temp.unlink()
         if isinstance(exc, OSError):
             raise E.WriteFailedError(
-                f"writing failed: {exc}", file=target,
+                f"writing failed: {exc.strerror or exc}", file=target,
                 fix="free space or fix permissions, then run again; the target was not changed and the "
                     "temporary file was removed",
             ) from exc
@@ -157,9 +298,10 @@ def write_atomically(
     *,
     overwrite: bool,
     verify: Callable[[Path], None] | None = None,
+    follow_symlink: bool = False,
 ) -> None:
     """Stage, verify and commit one file."""
-    staged = stage(target, write, overwrite=overwrite, verify=verify)
+    staged = stage(target, write, overwrite=overwrite, verify=verify, follow_symlink=follow_symlink)
     try:
         staged.commit()
     finally:
@@ -177,9 +319,12 @@ def staged_files() -> Iterator[list[StagedFile]]:
             s.discard()
 
 
-def parquet_writer(table: pa.Table, *, compression: str = "zstd", row_group_size: int | None = None
-                   ) -> Callable[[BinaryIO], None]:
-    """A ``write`` callback that stores ``table`` as parquet (the corpus uses zstd)."""
+def parquet_writer(table: pa.Table, *, compression: str = "zstd", row_group_size: int | None = None,
+                   owner: str | None = None) -> Callable[[BinaryIO], None]:
+    """A ``write`` callback that stores ``table`` as parquet (the corpus uses zstd); ``owner``
+    stamps the footer (:data:`OWNER_KEY`) so that a later run knows modperf wrote the file."""
+    if owner is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), OWNER_KEY: owner.encode()})
 
     def write(handle: BinaryIO) -> None:
         pq.write_table(table, handle, compression=compression, row_group_size=row_group_size)

@@ -21,7 +21,10 @@ from typing import Any
 
 import yaml
 
+from . import errors as E
+from .atomic import TMP_SUFFIX, is_live_temp
 from .errors import DataRootError, UnknownTableError
+from .limits import MAX_CONFIG_BYTES
 
 DATA_PACKAGE = "aiconfigurator-core"
 DATA_ROOT_ENV = "MODPERF_DATA_ROOT"
@@ -67,6 +70,13 @@ def resolve_data_root(data_root: str | os.PathLike[str] | None = None) -> Path:
     if chosen is None:
         return embedded_data_root()
     path = Path(chosen).expanduser()
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise DataRootError(f"cannot access the data root: {exc.strerror or exc}", values={"data_root": str(path)},
+                            fix="make the data root and its parent folders searchable for this user") from None
     if not path.is_dir():
         raise DataRootError(
             "data root is not a folder",
@@ -160,23 +170,111 @@ class TableRef:
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
+def _read_yaml(path: Path) -> tuple[dict[str, Any], E.ModperfError | None]:
+    """A sidecar as a dict ({} when absent), and the failure that made it unusable, if any
+    (never raised: a malformed sidecar is a failure of the data root, reported by check)."""
+    fix = "repair the YAML (a mapping at the top level) or remove the file"
     try:
-        data = yaml.load(path.read_text(), Loader=_YAML_LOADER)
+        if not path.is_file():
+            return {}, None
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            return {}, E.SidecarError(f"{path.name} is larger than a sidecar can be", file=path, fix=fix)
+        data = yaml.load(path.read_bytes(), Loader=_YAML_LOADER)
+    except OSError as exc:
+        return {}, E.SidecarError(f"cannot read {path.name}: {exc.strerror or exc}", file=path, fix=fix)
     except yaml.YAMLError as exc:
-        raise DataRootError(
-            f"cannot parse {path.name}: {exc}", file=path, fix="repair the YAML or remove the file"
-        ) from exc
-    return data if isinstance(data, dict) else {}
+        where = getattr(exc, "problem_mark", None)
+        at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+        return {}, E.SidecarError(f"cannot parse {path.name}: {getattr(exc, 'problem', None) or 'invalid YAML'}{at}",
+                                  file=path, fix=fix)
+    except (RecursionError, ValueError, TypeError) as exc:
+        return {}, E.SidecarError(f"cannot parse {path.name}: {type(exc).__name__}", file=path, fix=fix)
+    if data is None:
+        return {}, None
+    if not isinstance(data, dict):
+        return {}, E.SidecarError(f"{path.name} holds a {type(data).__name__}, not a mapping", file=path, fix=fix)
+    return data, None
 
 
 @functools.cache
-def _collection_meta(folder: Path) -> dict[str, Any]:
+def _collection_meta_checked(folder: Path) -> tuple[dict[str, Any], E.ModperfError | None]:
     """collection_meta.yaml of a version folder, read on first use (a scan does not need the
     ~450 sidecars of the corpus, and parsing them is most of a scan's cost)."""
     return _read_yaml(folder / "collection_meta.yaml")
+
+
+def _collection_meta(folder: Path) -> dict[str, Any]:
+    return _collection_meta_checked(folder)[0]
+
+
+def sidecar_problems(folders: Iterable[Path], *, reuse: bool = True) -> list[E.ModperfError]:
+    """The failures of these version folders' sidecars: collection_meta.yaml (every command reads
+    a malformed one as empty, the same with or without --json; the audits report it) and, with
+    ``reuse``, the shape of reuse.yaml (a catalog scan reports that one itself)."""
+    out: list[E.ModperfError] = []
+    for folder in sorted(set(folders)):
+        problem = _collection_meta_checked(folder)[1]
+        if problem is not None:
+            out.append(problem)
+        if reuse:
+            _read_reuse(_VersionFolder(folder, "", "", "", ""), folder / "reuse.yaml", out)
+    return out
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """Whether ``path`` (links resolved) lies inside ``root`` (resolved)."""
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # a link loop
+        return False
+
+
+def _listing(folder: Path, root: Path, problems: list[E.ModperfError]) -> list[Path]:
+    """A folder's entries, sorted; a folder that cannot be listed is a failure, not an empty folder."""
+    try:
+        return sorted(folder.iterdir())
+    except OSError as exc:
+        problems.append(E.UnreadableFolderError(
+            f"cannot list folder: {exc.strerror or exc}", file=folder,
+            fix="make it readable (and searchable) for this user, or move it out of the data root"))
+        return []
+
+
+def _cannot_inspect(path: Path, exc: OSError) -> E.UnreadableFolderError:
+    return E.UnreadableFolderError(
+        f"cannot inspect: {exc.strerror or exc}", file=path,
+        fix="make its folder searchable for this user, or move it out of the data root")
+
+
+def _subfolders(folder: Path, root: Path, problems: list[E.ModperfError]) -> list[Path]:
+    out = []
+    for p in _listing(folder, root, problems):
+        try:
+            if p.is_symlink() and p.is_dir() and not _inside(p, root):
+                problems.append(_outside(p, root))
+            elif p.is_dir():
+                out.append(p)
+        except OSError as exc:
+            problems.append(_cannot_inspect(p, exc))
+    return out
+
+
+def _outside(path: Path, root: Path) -> E.LinkOutsideRootError:
+    return E.LinkOutsideRootError(
+        "symbolic link to outside the data root: not read", file=path, values={"data_root": str(root)},
+        fix="copy the table into the data root, or point the link at a file inside it")
+
+
+def _not_a_file(path: Path) -> E.UnreadableTableError:
+    return E.UnreadableTableError("named like a table but is a folder, not a file", file=path,
+                                  fix="rename or remove the folder")
+
+
+def _stale_temp(path: Path) -> E.StaleTempFileError:
+    return E.StaleTempFileError(
+        "temporary file of an interrupted modperf write", file=path,
+        fix="run the write again (it removes temporary files of its own killed runs on this host), or delete "
+            "the file once no modperf process is writing here")
 
 
 @dataclass
@@ -190,26 +288,65 @@ class _VersionFolder:
     reuse: dict[str, Reuse] = field(default_factory=dict)
 
 
-def _scan_folders(root: Path) -> Iterator[_VersionFolder]:
-    for system in sorted(p for p in root.iterdir() if p.is_dir()):
-        for family_dir in sorted(p for p in system.iterdir() if p.is_dir()):
-            for backend in sorted(p for p in family_dir.iterdir() if p.is_dir()):
-                for version in sorted(p for p in backend.iterdir() if p.is_dir()):
+def _scan_folders(root: Path, problems: list[E.ModperfError]) -> Iterator[_VersionFolder]:
+    real_root = root.resolve()
+    for system in _subfolders(root, real_root, problems):
+        for family_dir in _subfolders(system, real_root, problems):
+            for backend in _subfolders(family_dir, real_root, problems):
+                for version in _subfolders(backend, real_root, problems):
                     folder = _VersionFolder(version, system.name, family_dir.name, backend.name, version.name)
-                    for entry in version.iterdir():
-                        stem = table_stem(entry)
-                        # a parquet file wins over a legacy CSV of the same table
-                        if stem is not None and entry.is_file() and (
-                                stem not in folder.files or entry.name.endswith(PARQUET_SUFFIX)):
-                            folder.files[stem] = entry
-                    reuse_doc = _read_yaml(version / "reuse.yaml")
-                    for item in reuse_doc.get("reuse") or []:
-                        if isinstance(item, dict) and item.get("table") and item.get("from_version"):
-                            stem = str(item["table"]).removesuffix("_perf")
-                            folder.reuse[stem] = Reuse(
-                                str(item["from_version"]), item.get("reason"), item.get("approved_by")
-                            )
+                    for entry in _listing(version, real_root, problems):
+                        try:
+                            _add_entry(folder, entry, real_root, problems)
+                        except OSError as exc:
+                            problems.append(_cannot_inspect(entry, exc))
+                    _read_reuse(folder, version / "reuse.yaml", problems)
                     yield folder
+
+
+def _add_entry(folder: _VersionFolder, entry: Path, root: Path, problems: list[E.ModperfError]) -> None:
+    if entry.name.endswith(TMP_SUFFIX):
+        if not is_live_temp(entry):
+            problems.append(_stale_temp(entry))
+        return
+    stem = table_stem(entry)
+    if stem is None:
+        return
+    if entry.is_dir():
+        problems.append(_not_a_file(entry))
+        return
+    if entry.is_symlink() and not _inside(entry, root):
+        problems.append(_outside(entry, root))
+        return
+    # a parquet file wins over a legacy CSV of the same table; a dangling link is kept, so that
+    # reading it fails loudly
+    if (entry.is_file() or entry.is_symlink()) and (stem not in folder.files or entry.name.endswith(PARQUET_SUFFIX)):
+        folder.files[stem] = entry
+
+
+def _read_reuse(folder: _VersionFolder, path: Path, problems: list[E.ModperfError]) -> None:
+    doc, problem = _read_yaml(path)
+    if problem is not None:
+        problems.append(problem)
+        return
+    items = doc.get("reuse")
+    if items is None:
+        return
+    if not isinstance(items, list):
+        problems.append(E.SidecarError(f"reuse.yaml: 'reuse' holds a {type(items).__name__}, not a list", file=path,
+                                       fix="list one {table, from_version} mapping per reused table"))
+        return
+    for i, item in enumerate(items):
+        if not (isinstance(item, dict) and isinstance(item.get("table"), (str, int, float))
+                and isinstance(item.get("from_version"), (str, int, float))):
+            problems.append(E.SidecarError(f"reuse.yaml: entry {i} is not a {{table, from_version}} mapping",
+                                           file=path, values={"entry": i},
+                                           fix="give each entry a table and a from_version"))
+            continue
+        stem = str(item["table"]).removesuffix("_perf")
+        reason, approved = item.get("reason"), item.get("approved_by")
+        folder.reuse[stem] = Reuse(str(item["from_version"]), str(reason) if reason is not None else None,
+                                   str(approved) if approved is not None else None)
 
 
 @dataclass
@@ -219,16 +356,19 @@ class Catalog:
     root: Path
     files: list[TableRef]  # every physical table file, once
     slots: list[TableRef]  # what answers each (system, backend, version, table)
-    problems: list[str]  # reuse declarations whose donor is missing
+    #: Parts of the data root that cannot be read or trusted: unreadable folders, malformed
+    #: reuse.yaml, reuse declarations whose donor is missing, links out of the root, leftover
+    #: temporary files. ``modperf check`` reports each as a failure.
+    problems: list[E.ModperfError]
 
     @classmethod
     def scan(cls, root: str | os.PathLike[str] | None = None) -> Catalog:
         root_path = resolve_data_root(root)
-        folders = list(_scan_folders(root_path))
+        problems: list[E.ModperfError] = []
+        folders = list(_scan_folders(root_path, problems))
         by_key = {(f.system, f.family_dir, f.backend, f.version): f for f in folders}
         files: list[TableRef] = []
         slots: list[TableRef] = []
-        problems: list[str] = []
         for folder in folders:
             for stem, path in sorted(folder.files.items()):
                 ref = TableRef(
@@ -241,10 +381,9 @@ class Catalog:
             for stem, reuse in sorted(folder.reuse.items()):
                 donor = by_key.get((folder.system, folder.family_dir, folder.backend, reuse.from_version))
                 if donor is None or stem not in donor.files:
-                    problems.append(
-                        f"{folder.path}/reuse.yaml: {stem} reuses version {reuse.from_version}, "
-                        "which has no such table"
-                    )
+                    problems.append(E.SidecarError(
+                        f"{stem} reuses version {reuse.from_version}, which has no such table",
+                        file=folder.path / "reuse.yaml", fix="restore the donor table or correct reuse.yaml"))
                     continue
                 slots.append(
                     TableRef(
@@ -283,18 +422,62 @@ class Catalog:
         return None
 
 
-def refs_for_paths(paths: Iterable[str | os.PathLike[str]]) -> list[TableRef]:
+def _walk_tables(folder: Path, problems: list[E.ModperfError]) -> list[Path]:
+    """Table files under ``folder``, recursively. Nothing is skipped silently: a sub-folder that
+    cannot be listed, a link out of ``folder`` and a leftover temporary file are problems. A
+    link to a folder inside ``folder`` is not followed (its tables are found where it points)."""
+    real = folder.resolve()
+    found: list[Path] = []
+    stack = [folder]
+    while stack:
+        for p in _listing(stack.pop(), real, problems):
+            try:
+                if p.name.endswith(TMP_SUFFIX):
+                    if not is_live_temp(p):
+                        problems.append(_stale_temp(p))
+                    continue
+                if p.is_symlink():
+                    if not _inside(p, real):
+                        if p.is_dir() or table_stem(p):
+                            problems.append(_outside(p, real))
+                        continue
+                    if p.is_dir():
+                        continue
+                if p.is_dir() and table_stem(p):
+                    problems.append(_not_a_file(p))
+                elif p.is_dir():
+                    stack.append(p)
+                elif table_stem(p) and (p.is_file() or p.is_symlink()):  # a dangling link fails to read, loudly
+                    found.append(p)
+            except OSError as exc:
+                problems.append(_cannot_inspect(p, exc))
+    return sorted(found)
+
+
+def refs_for_paths(paths: Iterable[str | os.PathLike[str]],
+                   problems: list[E.ModperfError] | None = None) -> list[TableRef]:
     """Table files named on a command line: files, or folders searched recursively.
 
     Where the path ends in the standard layout, system/family/backend/version come from it;
-    elsewhere they stay unknown (the loader only needs the table stem).
+    elsewhere they stay unknown (the loader only needs the table stem). What a folder search
+    cannot read goes to ``problems``; without a list to collect them, the first one (other
+    than a leftover temporary file) is raised.
     """
+    collected: list[E.ModperfError] = [] if problems is None else problems
     refs: list[TableRef] = []
     for raw in paths:
         path = Path(raw).expanduser()
+        try:
+            path.stat()
+        except FileNotFoundError:
+            pass  # "no such file or folder" below
+        except OSError as exc:
+            raise UnknownTableError(f"cannot access: {exc.strerror or exc}", file=path,
+                                    fix="check the path and its folders' permissions") from None
         if path.is_dir():
-            candidates = sorted(p for p in path.rglob("*") if p.is_file() and table_stem(p))
-            if not candidates:
+            before = len(collected)
+            candidates = _walk_tables(path, collected)
+            if not candidates and len(collected) == before:
                 raise UnknownTableError(
                     "folder holds no *_perf.parquet or *_perf.txt tables",
                     file=path,
@@ -315,6 +498,10 @@ def refs_for_paths(paths: Iterable[str | os.PathLike[str]]) -> list[TableRef]:
             assert stem is not None
             layout = _layout_of(p, path if path.is_dir() else None)
             refs.append(TableRef(stem, p, *layout) if layout else TableRef(stem, p))
+    if problems is None:
+        blocking = [p for p in collected if not isinstance(p, E.StaleTempFileError)]
+        if blocking:
+            raise blocking[0]
     return refs
 
 

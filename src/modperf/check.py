@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import errors as E
+from . import limits
 from .catalog import TableRef
 from .families import family_of, registry
 from .loader import Loaded, Scope, load_groups, load_many
@@ -167,6 +168,8 @@ def check(
     start = time.perf_counter()
     if quality is not None:
         quality.validate()
+        limits.check_int("quality_examples", quality_examples, rng=limits.EXAMPLES, error=E.OptionValueError,
+                         fix="pass --quality-examples N (0 lists every finding)")
     scope = scope or Scope.of(paths, data_root=data_root, table=table, model_configs=model_configs)
     selection = scope.select()
     families = {

@@ -274,14 +274,15 @@ def _slot_coverage(ref: TableRef, facts: _FileFacts) -> SlotCoverage:
 class CoverageReport:
     slots: list[SlotCoverage]
     seconds: float
+    problems: list[E.ModperfError] = field(default_factory=list)  # of the data root, not one table
 
     @property
     def ok(self) -> bool:
-        return all(s.ok for s in self.slots)
+        return not self.problems and all(s.ok for s in self.slots)
 
     @property
     def failures(self) -> list[E.ModperfError]:
-        return [f for s in self.slots for f in s.failures]
+        return [*self.problems, *(f for s in self.slots for f in s.failures)]
 
     def find(self, system: str, backend: str, version: str, table: str) -> SlotCoverage | None:
         for s in self.slots:
@@ -290,7 +291,8 @@ class CoverageReport:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "seconds": round(self.seconds, 3), "slots": [s.to_dict() for s in self.slots]}
+        return {"ok": self.ok, "seconds": round(self.seconds, 3), "problems": [p.to_dict() for p in self.problems],
+                "slots": [s.to_dict() for s in self.slots]}
 
     def rows(self) -> list[dict[str, Any]]:
         """One flat record per cell (the CSV layout)."""
@@ -352,7 +354,7 @@ def coverage(
     selection = scope.select()
     facts = _load_facts(selection, workers, on_progress)
     slots = [_slot_coverage(ref, facts[ref.path]) for ref in sorted(selection.refs, key=_sort_key)]
-    return CoverageReport(slots, time.perf_counter() - start)
+    return CoverageReport(slots, time.perf_counter() - start, selection.problems)
 
 
 # --- diff ---------------------------------------------------------------------------------
@@ -459,7 +461,7 @@ def coverage_diff(
     cov = {(r.system, r.backend, r.table, r.version): _slot_coverage(r, facts[r.path]) for r in refs}
     pairs = sorted({(s, b, t) for (s, b, t, _) in cov}, key=lambda k: (k[0] or "", k[1] or "", k[2]))
     slots = []
-    failures: list[E.ModperfError] = []
+    failures: list[E.ModperfError] = list(selection.problems)
     for s, b, t in pairs:
         x, y = cov.get((s, b, t, before)), cov.get((s, b, t, after))
         failures += [f for c in (x, y) if c is not None for f in c.failures]
@@ -610,7 +612,7 @@ def model_coverage(
     ) or any(_kernel_dims_match(cfg, fam) for fam in family_registry().values() if fam.tier is Tier.LOCAL)
 
     answers: list[ModelAnswer] = []
-    failures: list[E.ModperfError] = []
+    failures: list[E.ModperfError] = list(selection.problems)
     for ref in sorted(refs, key=_sort_key):
         f = facts[ref.path]
         fam = family_of(ref.table)

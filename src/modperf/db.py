@@ -65,9 +65,11 @@ class Database:
             self._query_engine = QueryEngine(self.store, self.models)
         return self._query_engine
 
-    def query(self, **fields: Any) -> Answer:
+    def query(self, /, **fields: Any) -> Answer:
         """One latency: ``db.query(table=..., system=..., backend=..., version=..., model=... |
-        native_heads=..., tp_size=... | num_heads=..., <key columns>..., allow_substitute=False)``."""
+        native_heads=..., tp_size=... | num_heads=..., <key columns>..., allow_substitute=False)``.
+        Every field is a keyword (``self`` positional-only), so no field name collides with a
+        Python name: an unknown one is a QueryFieldError like any other."""
         return self.queries.query(fields)
 
     def answer(self, fields: Mapping[str, Any], *, quality: bool = True) -> Answer:
@@ -75,7 +77,7 @@ class Database:
         (model-level estimates, which make many queries, list them per table instead)."""
         return self.queries.query(fields, quality=quality)
 
-    def query_many(self, **fields: Any) -> Latencies:
+    def query_many(self, /, **fields: Any) -> Latencies:
         """Vectorised: numpy arrays for the numeric axes (batch_size, isl, step, num_tokens, and
         num_heads where it is the heads axis) of one table group, scalars for everything else.
         Returns latencies (NaN where refused) and kind codes (0 exact, 1 interpolated,

@@ -38,7 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import errors as E
-from .atomic import parquet_writer, write_atomically
+from . import limits
+from ._meta import __version__
+from .atomic import parquet_writer, sweep, write_atomically, written_by_modperf
 from .buckets import NATIVE, KeyedTable
 from .catalog import PARQUET_SUFFIX, TableRef
 from .codes import combine, factorize
@@ -117,14 +119,22 @@ class OverTolerance:
 
 @dataclass
 class WriteResult:
+    """What ``write`` did with one table: ``verified`` is True exactly when the verified file
+    took its name; otherwise ``failures`` say why (verification, a full disk, a permission)
+    and the destination holds what it held before."""
+
     destination: str
     rows_written: int
     verified: bool
     failures: list[E.ModperfError] = field(default_factory=list)
 
+    @property
+    def written(self) -> bool:
+        return self.verified and not self.failures
+
     def to_dict(self) -> dict[str, Any]:
-        return {"destination": self.destination, "rows_written": self.rows_written, "verified": self.verified,
-                "failures": [f.to_dict() for f in self.failures]}
+        return {"destination": self.destination, "rows_written": self.rows_written if self.written else 0,
+                "written": self.written, "verified": self.verified, "failures": [f.to_dict() for f in self.failures]}
 
 
 @dataclass
@@ -181,10 +191,11 @@ class DedupeReport:
     tolerance: float
     out_dir: str | None
     seconds: float
+    problems: list[E.ModperfError] = field(default_factory=list)  # of the data root, not one table
 
     @property
     def failures(self) -> list[E.ModperfError]:
-        out: list[E.ModperfError] = []
+        out: list[E.ModperfError] = list(self.problems)
         for f in self.files:
             out += f.failures
             if f.written is not None:
@@ -193,7 +204,7 @@ class DedupeReport:
 
     @property
     def ok(self) -> bool:
-        return all(f.ok for f in self.files)
+        return not self.problems and all(f.ok for f in self.files)
 
     def totals(self) -> dict[str, int]:
         return {
@@ -210,7 +221,7 @@ class DedupeReport:
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "tolerance": self.tolerance, "out_dir": self.out_dir,
                 "seconds": round(self.seconds, 3), "totals": self.totals(),
-                "files": [f.to_dict() for f in self.files]}
+                "problems": [p.to_dict() for p in self.problems], "files": [f.to_dict() for f in self.files]}
 
 
 # --- identity -----------------------------------------------------------------------------
@@ -410,8 +421,17 @@ def destination(ref: TableRef, out_dir: Path) -> Path:
     return out_dir / name
 
 
-def plan_destinations(refs: Sequence[TableRef], out_dir: Path, source_root: Path | None) -> dict[Path, Path]:
-    """Source -> destination for every table, refusing anything that could clobber a source."""
+#: The stamp dedupe puts in the files it writes (modperf.atomic.OWNER_KEY).
+OWNER = f"modperf {__version__} dedupe"
+
+
+def plan_destinations(refs: Sequence[TableRef], out_dir: Path, source_root: Path | None, *,
+                      force: bool = False) -> dict[Path, Path]:
+    """Source -> destination for every table, refusing anything that could clobber a source,
+    and (without ``force``) any existing file in OUT_DIR that modperf did not write."""
+    if out_dir.expanduser().exists() and not out_dir.expanduser().is_dir():
+        raise E.DedupeOutputError("OUT_DIR is not a folder", file=out_dir,
+                                  fix="pass a folder (it is created if missing)")
     out_abs = out_dir.expanduser().resolve()
     if source_root is not None:
         root = source_root.resolve()
@@ -435,6 +455,12 @@ def plan_destinations(refs: Sequence[TableRef], out_dir: Path, source_root: Path
                 fix="audit tables laid out system/family/backend/version/, or write them one at a time")
         taken[dest] = ref.path
         plan[ref.path] = dest
+    foreign = [d for d in plan.values() if (d.exists() or d.is_symlink()) and not written_by_modperf(d)]
+    if foreign and not force:
+        raise E.OutputNotOwnedError(
+            f"{len(foreign)} file(s) in OUT_DIR were not written by modperf dedupe and would be replaced",
+            file=foreign[0], values={"files": [str(d) for d in foreign]},
+            fix="pass --force to replace them, or write to another folder (nothing was written)")
     return plan
 
 
@@ -550,9 +576,11 @@ def write_table(loaded: Loaded, audit: FileDedupe, dest: Path, registry: ModelRe
             raise failures[0]
 
     try:
-        write_atomically(dest, parquet_writer(table), overwrite=True, verify=verify)
+        write_atomically(dest, parquet_writer(table, owner=OWNER), overwrite=True, verify=verify)
     except E.DedupeVerifyError:
         return WriteResult(str(dest), table.num_rows, False, failures)
+    except E.ModperfError as exc:  # a full disk, a permission, a target that changed: this table only
+        return WriteResult(str(dest), table.num_rows, False, [exc])
     return WriteResult(str(dest), table.num_rows, True)
 
 
@@ -569,12 +597,17 @@ def dedupe(
     prefer: Sequence[str] = (),
     examples: int = DEFAULT_EXAMPLES,
     write: str | os.PathLike[str] | None = None,
+    force: bool = False,
     workers: int | None = None,
     on_progress: Callable[[int, int, FileDedupe], None] | None = None,
 ) -> DedupeReport:
     """Audit aliases and duplicates in every head-bearing table file (or the given files and
-    folders); with ``write``, also write de-duplicated, verified tables under that folder.
-    Raises only for usage errors; data problems are in the report."""
+    folders); with ``write``, also write de-duplicated, verified tables under that folder
+    (``force``: also replace files there that modperf did not write). Raises only for usage
+    errors; data problems, and tables that could not be written (a full disk), are in the
+    report, which says which tables were written."""
+    limits.check_int("examples", examples, rng=limits.EXAMPLES, error=E.OptionValueError,
+                     fix="pass --examples N (0 lists every over-tolerance identity)")
     if not np.isfinite(tolerance) or tolerance < 0:
         raise E.OptionValueError("tolerance must be a relative difference >= 0", values={"tolerance": tolerance},
                                  fix="pass e.g. --tolerance 0.1 for 10%")
@@ -584,7 +617,10 @@ def dedupe(
     selection = scope.select()
     plan: dict[Path, Path] = {}
     if write is not None:
-        plan = plan_destinations(selection.refs, Path(write), selection.catalog.root if selection.catalog else None)
+        plan = plan_destinations(selection.refs, Path(write), selection.catalog.root if selection.catalog else None,
+                                 force=force)
+        for folder in sorted({d.parent for d in plan.values()}):
+            sweep(folder)  # temporary files of an earlier, killed run
 
     def run(loaded: Loaded) -> FileDedupe:
         audit = audit_table(loaded, tolerance=tolerance, prefer=prefer, examples=examples,
@@ -598,7 +634,7 @@ def dedupe(
                         on_progress=on_progress)
     files = [by_path[ref.path] for ref in selection.refs]
     return DedupeReport(files, tolerance, str(Path(write).expanduser().resolve()) if write is not None else None,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, selection.problems)
 
 
 __all__ = ["DEFAULT_TOLERANCE", "AliasGroup", "DedupeReport", "FileDedupe", "OverTolerance", "Spread",

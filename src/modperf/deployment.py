@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import errors as E
+from . import limits
 from .interp import EXTRAPOLATION_LIMIT
 
 if TYPE_CHECKING:
@@ -42,30 +43,30 @@ MEASURED, INTERPOLATED, EXTRAPOLATED = "exact", "interpolated", "extrapolated"
 
 
 def validate_tps(tps: Iterable[object]) -> list[int]:
-    """Distinct positive integers, sorted; anything else is an OptionValueError (exit 2)."""
+    """Distinct integers in the tp range (modperf.limits), sorted; anything else is an
+    OptionValueError (exit 2)."""
     values = list(tps)
-    ok = values and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and t > 0 for t in values)
+    ok = values and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool)
+                        and limits.TP.low <= t <= limits.TP.high for t in values)
     if not ok:
-        raise E.OptionValueError("tp sizes must be positive integers", values={"tp": values}, fix=TP_FIX)
+        raise E.OptionValueError(f"tp sizes must be positive integers in {limits.TP.describe()}", values={"tp": values},
+                                 fix=TP_FIX)
     return sorted({int(t) for t in values if isinstance(t, (int, np.integer))})  # every t is (ok); narrows t
 
 
 def parse_tps(text: str) -> list[int]:
-    """``"1,2,4,8"`` -> [1, 2, 4, 8]."""
-    try:
-        values = [int(p) for p in text.replace(" ", "").split(",") if p]
-    except ValueError:
-        raise E.OptionValueError("--tp takes positive integers separated by commas", values={"tp": text},
-                                 fix=TP_FIX) from None
-    if not values or any(v <= 0 for v in values):
-        raise E.OptionValueError("--tp takes positive integers separated by commas", values={"tp": text},
-                                 fix=TP_FIX)
-    return validate_tps(values)
+    """``"1,2,4,8"`` -> [1, 2, 4, 8]. Every comma separates a number: ``1,,2`` is refused."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isascii() and p.isdigit() and len(p) <= limits.MAX_DIGITS and int(p) in limits.TP for p in parts):
+        raise E.OptionValueError(f"--tp takes positive integers separated by commas (each in {limits.TP.describe()})",
+                                 values={"tp": text}, fix=TP_FIX)
+    return validate_tps([int(p) for p in parts])
 
 
 def divisors(n: int) -> list[int]:
-    out = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted({*out, *(n // d for d in out)})
+    """The tp sizes (inside the tp range) that divide ``n``: at most ``limits.TP.high`` tries,
+    whatever ``n`` is."""
+    return [d for d in range(1, min(n, limits.TP.high) + 1) if n % d == 0]
 
 
 # --- heads ------------------------------------------------------------------------------------

@@ -6,11 +6,43 @@ Row numbers are 0-based positions in the file as stored (the index pandas or pya
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 #: How many row numbers a message lists before it summarises the rest as a count.
 ROWS_SHOWN = 5
+#: Longest message text (detail, fix, file) an error keeps; the rest is elided with its length.
+MAX_TEXT = 2000
+#: Longest string an error's ``values`` keep, and most items of a list there.
+MAX_VALUE_CHARS = 200
+MAX_VALUE_ITEMS = 100
+#: Characters never written raw: C0 and C1 controls (ESC starts terminal sequences) and the
+#: bidirectional overrides that reorder what a terminal shows.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character written as its escape (ESC as ``\\x1b``)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def clean(text: str, limit: int = MAX_TEXT) -> str:
+    """Text fit for a message: control characters escaped, at most ``limit`` characters kept."""
+    text = escape_controls(text)
+    if len(text) > limit:
+        return f"{text[:limit]}... [{len(text) - limit:,} more characters]"
+    return text
+
+
+def quote(value: Any, limit: int = 120) -> str:
+    """A user-given value quoted for a message: ``repr`` of at most ``limit`` characters (a
+    longer one says how long it was), control characters escaped."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        return f"{escape_controls(repr(text[:limit]))}... ({len(text):,} characters)"
+    return escape_controls(repr(text))
 
 
 def describe_rows(rows: Sequence[int], total: int | None = None) -> str:
@@ -22,18 +54,33 @@ def describe_rows(rows: Sequence[int], total: int | None = None) -> str:
     return f"{word} {shown}"
 
 
-def _plain(value: Any) -> Any:
-    """numpy scalars and tuples to JSON-friendly Python values."""
+def _plain(value: Any, depth: int = 0) -> Any:
+    """numpy scalars and tuples to JSON-friendly Python values; strings cleaned and bounded,
+    long lists cut, deep nesting summarised (a message never grows with what a user typed)."""
     if hasattr(value, "item") and not isinstance(value, (list, tuple, dict)):
-        try:
-            return value.item()
-        except (ValueError, TypeError):
-            pass
+        with contextlib.suppress(ValueError, TypeError):
+            value = value.item()
+    if isinstance(value, str):
+        return clean(value, MAX_VALUE_CHARS)
+    if isinstance(value, bytes):
+        return clean(repr(value), MAX_VALUE_CHARS)
+    if isinstance(value, (list, tuple, set, frozenset, Mapping)) and depth >= 8:
+        return f"<{type(value).__name__} nested too deep to show>"
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v) for v in value]
+        items = list(value)
+        shown = [_plain(v, depth + 1) for v in items[:MAX_VALUE_ITEMS]]
+        if len(items) > MAX_VALUE_ITEMS:
+            shown.append(f"... ({len(items):,} items)")
+        return shown
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
+        pairs = list(value.items())
+        out = {clean(str(k), MAX_VALUE_CHARS): _plain(v, depth + 1) for k, v in pairs[:MAX_VALUE_ITEMS]}
+        if len(pairs) > MAX_VALUE_ITEMS:
+            out["..."] = f"{len(pairs):,} entries"
+        return out
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return clean(str(value), MAX_VALUE_CHARS)
 
 
 class ModperfError(Exception):
@@ -54,12 +101,12 @@ class ModperfError(Exception):
         values: Mapping[str, Any] | None = None,
         fix: str | None = None,
     ) -> None:
-        self.detail = message
-        self.file = str(file) if file is not None else None
+        self.detail = clean(message)
+        self.file = clean(str(file)) if file is not None else None
         self.rows = [int(r) for r in rows] if rows is not None else []
         self.row_count = row_count if row_count is not None else len(self.rows)
-        self.values = {k: _plain(v) for k, v in (values or {}).items()}
-        self.fix = fix
+        self.values = {clean(str(k), MAX_VALUE_CHARS): _plain(v) for k, v in (values or {}).items()}
+        self.fix = clean(fix) if fix is not None else None
         super().__init__(self.render())
 
     def render(self) -> str:
@@ -106,6 +153,44 @@ class UnknownTableError(UsageError):
     kind = "unknown_table"
 
 
+class ModelConfigsFolderError(UsageError):
+    """A --model-configs (or MODPERF_MODEL_CONFIGS) folder that does not exist or cannot be listed."""
+
+    kind = "model_configs"
+
+
+# --- the data root itself: parts that cannot be read, listed or trusted (exit 1) ---------
+
+
+class DataLayoutError(ModperfError):
+    """A part of a data root that cannot be read or listed, or is malformed. Reported as a
+    failure (``modperf check``), never skipped."""
+
+    kind = "data_layout"
+
+
+class UnreadableFolderError(DataLayoutError):
+    kind = "unreadable_folder"
+
+
+class SidecarError(DataLayoutError):
+    """A reuse.yaml or collection_meta.yaml that is not valid YAML or not the expected shape."""
+
+    kind = "sidecar"
+
+
+class LinkOutsideRootError(DataLayoutError):
+    """A table (or folder) that is a symbolic link to somewhere outside the data root: not read."""
+
+    kind = "link_outside_root"
+
+
+class StaleTempFileError(DataLayoutError):
+    """A temporary file a modperf write left behind (the writing process was killed)."""
+
+    kind = "stale_temp_file"
+
+
 # --- model configs ----------------------------------------------------------------------
 
 
@@ -138,6 +223,22 @@ class UnreadableTableError(TableError):
     kind = "unreadable"
 
 
+class DuplicateColumnError(UnreadableTableError):
+    """Two columns of one table share a name: which one keys the rows cannot be told."""
+
+    kind = "duplicate_column"
+
+
+class EmptyTableError(TableError):
+    kind = "empty_table"
+
+
+class ValueRangeError(TableError):
+    """A key column value outside its documented range (docs/limits.md)."""
+
+    kind = "value_range"
+
+
 class MissingColumnError(TableError):
     kind = "missing_column"
 
@@ -153,7 +254,8 @@ class UnexpectedColumnError(TableError):
 
 
 class InvalidHeadsError(TableError):
-    """num_heads or tp_size that is zero or negative."""
+    """num_heads or tp_size outside its range: zero or negative, or beyond the documented
+    maximum (docs/limits.md), where products of heads and tp would overflow."""
 
     kind = "invalid_heads"
 
@@ -276,6 +378,12 @@ class TargetConflictError(UsageError):
 
 class PathOutsideOutputError(UsageError):
     kind = "path_outside_output"
+
+
+class OutputNotOwnedError(UsageError):
+    """A write would replace a file modperf did not write (pass --force to replace it)."""
+
+    kind = "not_owned"
 
 
 class WriteFailedError(ModperfError):

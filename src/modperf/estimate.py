@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import errors as E
-from .deployment import local_heads, validate_tps
+from . import limits
+from .deployment import divisors, local_heads, validate_tps
 from .families import registry as family_registry
 from .families.base import Family, Tier
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, KIND_NAMES, REFUSED
@@ -484,11 +485,17 @@ def estimate(
 ) -> Estimate:
     """Attention cost of ``model`` per prefill and per decode step at each tp (module doc)."""
     start = time.perf_counter()
-    for name, value, minimum in (("isl", isl, 1), ("osl", osl, 1), ("batch", batch, 1), ("prefix", prefix, 0),
-                                 ("decode_kv", decode_kv if decode_kv is not None else 1, 1)):
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
-            raise E.UsageError(f"{name} must be an integer >= {minimum}", values={name: value},
+    for name, value in (("isl", isl), ("osl", osl), ("batch", batch), ("prefix", prefix),
+                        ("decode_kv", decode_kv if decode_kv is not None else 1)):
+        rng = limits.range_of(name)
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+            raise E.UsageError(f"{name} must be an integer in {rng.describe()}", values={name: value},
                                fix=f"pass --{name.replace('_', '-')} N")
+        limits.check_int(name, int(value), error=E.UsageError,
+                         fix=f"pass --{name.replace('_', '-')} N in {rng.describe()}")
+    if isl + osl > limits.TOKENS.high or prefix + isl > limits.CACHED_TOKENS.high:
+        raise E.UsageError(f"a sequence (prefix + isl, isl + osl) is at most {limits.TOKENS.high:,} tokens",
+                           values={"prefix": prefix, "isl": isl, "osl": osl}, fix="shorten isl, osl or prefix")
     tp_list = validate_tps(tps)
     config = db.models.get(model)
     schedule = layer_schedule(config)
@@ -501,8 +508,7 @@ def estimate(
     for tp in tp_list:
         bad = sorted({layer.native_heads for layer, _ in covered if layer.native_heads % tp})
         if bad:
-            common = sorted(set.intersection(*({d for d in range(1, h + 1) if h % d == 0}
-                                               for h in {layer.native_heads for layer, _ in covered})))
+            common = sorted(set.intersection(*(set(divisors(h)) for h in {layer.native_heads for layer, _ in covered})))
             raise E.ShardError(
                 f"tp={tp} does not divide the native head count {bad[0]} of {model}",
                 values={"tp": tp, "native_heads": bad[0]},
@@ -522,8 +528,12 @@ def estimate(
     versions = _choose_versions(db, system, backend, version, tables, by_version, config.native_heads, notes)
     unknown_pins = sorted(set(kernel_sources or {}) - set(tables))
     if unknown_pins:
-        raise E.UsageError(f"--kernel-source names table(s) this estimate does not use: {', '.join(unknown_pins)}",
-                           values={"tables": unknown_pins}, fix=f"tables used: {', '.join(tables)}")
+        raise E.OptionValueError(
+            f"--kernel-source names table(s) this estimate does not use: {', '.join(map(E.quote, unknown_pins))}",
+            values={"tables": unknown_pins, "used": tables}, fix=f"pin one of the tables it uses: {', '.join(tables)}")
+    if not isinstance(config.get("hidden_size"), int):  # in its range where present (checked on reading)
+        raise E.ModelConfigError(f"config of {model} has no hidden_size", file=config.path,
+                                 fix="add hidden_size to the config")
     est = _Estimator(db, config=config, system=system, backend=backend, versions=versions, dtypes=chosen_dtypes,
                      kernel_sources=dict(kernel_sources or {}), allow_substitute=allow_substitute)
     kv = decode_kv if decode_kv is not None else isl + osl // 2

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import errors as E
-from .catalog import Catalog, TableRef
+from .catalog import Catalog, TableRef, sidecar_problems
 from .families import family_of
 from .families.base import HEADS, MODEL, TP
 from .reader import read_row_count, read_schema, read_table
@@ -36,7 +36,8 @@ def _head_pairs(ref: TableRef) -> dict[str, Any]:
         models = table.column(MODEL).to_pylist()
         per_model: dict[str, set[tuple[int, int]]] = defaultdict(set)
         for m, h, t in zip(models, heads.tolist(), tp.tolist()):
-            per_model[m].add((h, t))
+            # a model name is shown, not used: escaped and bounded (a hostile table's 1 MB name is not echoed)
+            per_model[E.clean(str(m), E.MAX_VALUE_CHARS)].add((h, t))
         info["models"] = sorted(per_model)
         info["head_pairs_by_model"] = {m: [f"{h}x{t}" for h, t in sorted(v)] for m, v in sorted(per_model.items())}
         pairs = set().union(*per_model.values()) if per_model else set()
@@ -53,11 +54,16 @@ def list_tables(
     backend: str | None = None,
     version: str | None = None,
     table: str | None = None,
+    problems: list[E.ModperfError] | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per (system, backend, version, table) slot, with what answers it, plus any
-    physical file that a reuse declaration shadows."""
+    physical file that a reuse declaration shadows. The parts of the data root that could not
+    be read or trusted (``Catalog.problems``) are added to ``problems`` when given."""
     catalog = Catalog.scan(data_root)
     slots = catalog.select(system=system, backend=backend, version=version, table=table, physical=False)
+    if problems is not None:  # the same with and without --json: a malformed sidecar is listed either way
+        problems.extend(catalog.problems)
+        problems.extend(sidecar_problems((r.path.parent for r in slots), reuse=False))
     shadowed = [r for r in catalog.select(system=system, backend=backend, version=version, table=table)
                 if r.shadowed]
     out = []

@@ -108,6 +108,17 @@ def _num_layers(cfg: ModelConfig) -> int:
     return n
 
 
+def _per_layer(cfg: ModelConfig, name: str, n: int, value: Any) -> list[Any]:
+    """A config list with one scalar entry per layer (or more: some also cover MTP layers)."""
+    if not isinstance(value, list) or len(value) < n or not all(
+            isinstance(v, (int, float, str)) or v is None for v in value):
+        raise E.ModelConfigError(
+            f"{name} of {cfg.model_id} must list one value per layer ({n} layers)", file=cfg.path,
+            values={"field": name, "entries": len(value) if isinstance(value, (list, str)) else None},
+            fix=f"correct {name} in the config")
+    return value
+
+
 def _head_dim(cfg: ModelConfig) -> int:
     hd = head_dim(cfg)
     if hd is None:
@@ -127,7 +138,7 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
     blocks = text.get("layers_block_type")
     n = len(blocks) if isinstance(blocks, list) and "num_hidden_layers" not in text else _num_layers(cfg)
     if "compress_ratios" in text:  # DeepSeek-V4: per-layer compression (the list also covers MTP)
-        ratios = text["compress_ratios"][:n]
+        ratios = _per_layer(cfg, "compress_ratios", n, text["compress_ratios"])[:n]
         for r in ratios:
             if r == 4:
                 sched.layers.append(AttentionLayer("dsv4_csa", "DSV4 CSA (ratio 4)", "dsv4", "dsv4_csa_context_module",
@@ -156,7 +167,8 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
 
     if "kv_lora_rank" in text:  # MLA: DeepSeek-V3/R1, Kimi K2/K3
         linear = text.get("linear_attn_config")
-        full = set(linear.get("full_attn_layers") or []) if isinstance(linear, dict) else None
+        full = set(_per_layer(cfg, "full_attn_layers", 0, linear.get("full_attn_layers") or [])) \
+            if isinstance(linear, dict) else None
         for i in range(n):
             if full is not None and (i + 1) not in full:  # Kimi-K3 lists layers 1-based
                 sched.layers.append(_uncovered("KDA linear attention", native,
@@ -170,7 +182,7 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
     kv = cfg.kv_heads or native
     hd = _head_dim(cfg)
     if isinstance(sparse, dict) and sparse.get("use_sparse_attention"):  # MiniMax-M3
-        freq = sparse.get("sparse_attention_freq") or [1] * n
+        freq = _per_layer(cfg, "sparse_attention_freq", n, sparse.get("sparse_attention_freq") or [1] * n)
         for i in range(n):
             if freq[i]:
                 sched.layers.append(AttentionLayer("msa", "MSA sparse", "msa", "msa_context_module",
@@ -203,7 +215,7 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
                 sched.layers.append(_uncovered("Mamba", native, "state-space layers are not attention tables"))
         return sched
     if isinstance(mimo, list):  # MiMo-V2: 1 = sliding-window layer with its own head layout
-        for p in mimo[:n]:
+        for p in _per_layer(cfg, "hybrid_layer_pattern", 0, mimo)[:n]:
             if p:
                 sched.layers.append(_gqa(text.get("swa_num_attention_heads", native),
                                          text.get("swa_num_key_value_heads", kv), text.get("swa_head_dim", hd),
@@ -214,7 +226,7 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
                                          "v head dim differs from qk head dim; keyed by qk head_dim"))
         return sched
     if isinstance(types, list):
-        for t in types[:n]:
+        for t in _per_layer(cfg, "layer_types", 0, types)[:n]:
             if t == "sliding_attention":
                 sched.layers.append(_gqa(native, kv, hd, window, f"GQA sliding({window})"))
             elif t == "full_attention":
@@ -228,7 +240,8 @@ def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
     chunk = text.get("attention_chunk_size")
     if isinstance(chunk, int) and model_type.startswith("llama4"):
         # Llama 4: every 4th layer is global NoPE attention, the others chunked local attention
-        nope = text.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)]
+        nope = _per_layer(cfg, "no_rope_layers", n,
+                          text.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n)])
         for i in range(n):
             if nope[i]:
                 sched.layers.append(_gqa(native, kv, hd, chunk, f"GQA chunked({chunk})",

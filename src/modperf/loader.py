@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from . import errors as E
 from .buckets import KeyedTable, build_buckets
-from .catalog import Catalog, TableRef, refs_for_paths
+from .catalog import Catalog, TableRef, refs_for_paths, sidecar_problems
 from .families import family_of, head_bearing_tables
 from .families import registry as family_registry
 from .families.base import Family
@@ -170,7 +170,8 @@ class Scope:
         wanted = self.tables()
         if self.paths:
             explicit = {os.path.abspath(p) for p in self.paths}
-            found = refs_for_paths(self.paths)
+            found_problems: list[E.ModperfError] = []
+            found = refs_for_paths(self.paths, found_problems)
             refs = [r for r in found
                     if (self.table is None or r.table == self.table)
                     and (r.table in wanted or (os.path.abspath(r.path) in explicit and self.table is None
@@ -180,12 +181,12 @@ class Scope:
                     and (self.version is None or r.version == self.version)]
             skipped = sum(r.table not in set(head_bearing_tables()) for r in found) \
                 - sum(r.table not in set(head_bearing_tables()) for r in refs)
-            return Selection(self, refs, None, [], skipped)
+            return Selection(self, refs, None, found_problems + sidecar_problems(r.path.parent for r in refs),
+                             skipped)
         catalog = Catalog.scan(self.data_root)
         refs = catalog.select(system=self.system, backend=self.backend, version=self.version, tables=wanted,
                               physical=self.physical)
-        problems: list[E.ModperfError] = [
-            E.DataRootError(p, fix="restore the donor table or correct reuse.yaml") for p in catalog.problems]
+        problems = list(catalog.problems) + sidecar_problems((r.path.parent for r in refs), reuse=False)
         skipped = len(catalog.files) - len(catalog.select(tables=set(head_bearing_tables())))
         return Selection(self, refs, catalog, problems, skipped)
 
@@ -258,6 +259,9 @@ class TableStore:
         self.catalog = catalog
         self.models = models
         self._tables: dict[Path, KeyedTable] = {}
+        #: Files the loader rejected, with the error: a batch of a million lines asking the same
+        #: rejected table reads and validates it once, not once per line.
+        self._rejected: dict[Path, E.ModperfError] = {}
         self._lock = threading.Lock()
 
     def ref(self, system: str, backend: str, version: str, table: str) -> TableRef:
@@ -266,9 +270,18 @@ class TableStore:
             raise self.unknown_slot(system, backend, version, table)
         return ref
 
-    def unknown_slot(self, system: str, backend: str, version: str, table: str) -> E.UnknownTableError:
+    def unknown_slot(self, system: str, backend: str, version: str, table: str) -> E.ModperfError:
         slots = self.catalog.slots
         values = {"table": table, "system": system, "backend": backend, "version": version}
+        unreadable = [p for p in self.catalog.problems
+                      if isinstance(p, (E.UnreadableFolderError, E.LinkOutsideRootError))]
+        if unreadable:
+            # the slot may sit in a part of the data root that could not be read: say so (exit 1)
+            first = unreadable[0]
+            return E.DataLayoutError(
+                f"no {table} table for system={system} backend={backend} version={version} in the readable part "
+                f"of {self.catalog.root}; {len(unreadable)} part(s) could not be read (first: {first.detail}, "
+                f"{first.file})", values=values, fix=first.fix)
         if not any(r.table == table for r in slots):
             near = difflib.get_close_matches(table, sorted({r.table for r in slots}), n=3)
             return E.UnknownTableError(
@@ -293,9 +306,17 @@ class TableStore:
                                       fix="see `modperf ls --all` for the tables a data root holds")
         with self._lock:
             cached = self._tables.get(ref.path)
+            rejected = self._rejected.get(ref.path)
         if cached is not None:
             return cached if cached.ref == ref else cached.seen_as(ref)
-        keyed = load_table(ref, self.models)
+        if rejected is not None:
+            raise rejected.with_traceback(None)
+        try:
+            keyed = load_table(ref, self.models)
+        except E.ModperfError as exc:
+            with self._lock:
+                self._rejected[ref.path] = exc
+            raise
         with self._lock:
             self._tables[ref.path] = keyed
         return keyed if keyed.ref == ref else keyed.seen_as(ref)

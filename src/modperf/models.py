@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelConfigError, UnknownModelError
+from . import limits
+from .errors import ModelConfigError, ModelConfigsFolderError, UnknownModelError, quote
 
 MODEL_CONFIGS_ENV = "MODPERF_MODEL_CONFIGS"
 CONFIG_SUFFIX = "_config.json"
@@ -218,6 +219,64 @@ def _hashable(value: Any) -> Any:
     return value
 
 
+def _read_config(model_id: str, path: Path) -> dict[str, Any]:
+    """A config file as a dict whose numbers modperf computes with are inside their ranges
+    (modperf.limits): checked here, once, so the layer schedule and the geometry can rely on them."""
+    fix = "repair the config, or replace it with the config.json the model was published with"
+    try:
+        size = path.stat().st_size
+        if size > limits.MAX_CONFIG_BYTES:
+            raise ModelConfigError(f"config of {model_id} is {size:,} bytes: too large to be an HF config",
+                                   file=path, values={"limit_bytes": limits.MAX_CONFIG_BYTES}, fix=fix)
+        raw = json.loads(path.read_bytes())
+    except ModelConfigError:
+        raise
+    except RecursionError:
+        raise ModelConfigError(f"config of {model_id} nests deeper than JSON configs do", file=path,
+                               values={"limit_depth": limits.MAX_CONFIG_DEPTH}, fix=fix) from None
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
+        reason = exc.strerror if isinstance(exc, OSError) else type(exc).__name__
+        if isinstance(exc, json.JSONDecodeError):
+            reason = f"not JSON ({exc.msg}, line {exc.lineno} column {exc.colno})"
+        raise ModelConfigError(f"cannot read config of {model_id}: {reason}", file=path, fix=fix) from None
+    if not isinstance(raw, dict):
+        raise ModelConfigError(f"config of {model_id} is not a JSON object", file=path, fix="replace the file")
+    _check_config(model_id, path, raw, fix)
+    return raw
+
+
+def _check_config(model_id: str, path: Path, raw: dict[str, Any], fix: str) -> None:
+    stack: list[tuple[Any, int]] = [(raw, 1)]
+    while stack:  # no recursion: the depth limit is what is being checked
+        node, depth = stack.pop()
+        if depth > limits.MAX_CONFIG_DEPTH:
+            raise ModelConfigError(f"config of {model_id} nests deeper than {limits.MAX_CONFIG_DEPTH} levels",
+                                   file=path, values={"limit_depth": limits.MAX_CONFIG_DEPTH}, fix=fix)
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+        elif isinstance(node, int) and not isinstance(node, bool) and node not in limits.INT64:
+            raise ModelConfigError(f"config of {model_id} holds an integer outside 64 bits", file=path,
+                                   values={"value": node}, fix=fix)
+    sections = [raw] + ([raw["text_config"]] if isinstance(raw.get("text_config"), dict) else [])
+    for section in sections:
+        for name, rng in limits.CONFIG_FIELDS.items():
+            if name not in section or (section[name] is None and name in limits.CONFIG_NULLABLE):
+                continue
+            value = section[name]
+            if value not in rng:
+                raise ModelConfigError(
+                    f"{name} of {model_id} must be an integer in {rng.describe()} ({rng.what})", file=path,
+                    values={"field": name, "value": value, "range": [rng.low, rng.high]}, fix=fix)
+        for name in limits.CONFIG_LAYER_LISTS:
+            value = section.get(name)
+            if isinstance(value, (list, str)) and len(value) > limits.MAX_LAYER_LIST:
+                raise ModelConfigError(
+                    f"{name} of {model_id} lists {len(value):,} layers (at most {limits.MAX_LAYER_LIST:,})",
+                    file=path, values={"field": name}, fix=fix)
+
+
 @dataclass
 class ModelRegistry:
     """Model id -> config file, over an ordered list of folders (later folders win)."""
@@ -229,12 +288,18 @@ class ModelRegistry:
     def __post_init__(self) -> None:
         for folder in self.folders:
             if not folder.is_dir():
-                raise ModelConfigError(
+                raise ModelConfigsFolderError(
                     "model-config folder does not exist",
                     file=folder,
                     fix="pass a folder holding org--Name_config.json files",
                 )
-            for entry in sorted(folder.iterdir()):
+            try:
+                entries = sorted(folder.iterdir())
+            except OSError as exc:
+                raise ModelConfigsFolderError(
+                    f"cannot list the model-config folder: {exc.strerror or exc}", file=folder,
+                    fix="make the folder readable, or pass another one") from None
+            for entry in entries:
                 model_id = model_id_from_filename(entry.name)
                 if model_id is not None:
                     self._paths[model_id] = entry
@@ -270,24 +335,15 @@ class ModelRegistry:
         if path is None:
             near = self.nearest(model_id)
             raise UnknownModelError(
-                f"no HF config for model {model_id!r}",
+                f"no HF config for model {quote(model_id)}",
                 values={"model": model_id},
                 fix=(
                     (f"did you mean {', '.join(near)}? Otherwise " if near else "")
-                    + f"save the model's config.json as {config_filename(model_id)} in a folder and "
+                    + f"save the model's config.json as {quote(config_filename(model_id))} in a folder and "
                     f"pass it with --model-configs DIR (or set {MODEL_CONFIGS_ENV})"
                 ),
             )
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise ModelConfigError(
-                f"cannot read config of {model_id}: {exc}", file=path, fix="repair or replace the JSON file"
-            ) from exc
-        if not isinstance(raw, dict):
-            raise ModelConfigError(
-                f"config of {model_id} is not a JSON object", file=path, fix="replace the file"
-            )
+        raw = _read_config(model_id, path)
         config = ModelConfig(model_id, path, raw, self._hf_quant(model_id, path))
         self._cache[model_id] = config
         return config

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import errors as E
+from .atomic import write_atomically
 from .coverage import STANDARD_TP, CoverageReport, ModelCoverage, SlotCoverage
 from .versions import version_key
 
@@ -35,8 +36,9 @@ def _save(fig: Any, path: str | Path) -> Path:
     if out.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise E.OptionValueError("--plot writes .png, .svg or .pdf files", values={"plot": str(out)},
                                  fix="name the file e.g. coverage.png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110, bbox_inches="tight")
+    # through the one atomic path: a killed or failing run leaves the old plot (or none), never half a file
+    write_atomically(out, lambda handle: fig.savefig(handle, format=out.suffix.lower()[1:], dpi=110,
+                                                     bbox_inches="tight"), overwrite=True)
     return out
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import errors as E
+from . import limits
 from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
@@ -248,22 +249,27 @@ def _field_help(keyed: KeyedTable) -> str:
     return f"{keyed.ref.table} keys: {', '.join(key_columns(keyed))}; heads: {heads}"
 
 
-def _as_int(name: str, value: Any, keyed: KeyedTable | None, *, minimum: int = 0) -> int:
-    if isinstance(value, bool):
-        ok = False
-    elif isinstance(value, (int, np.integer)):
-        ok = True
-    elif isinstance(value, float) and value.is_integer():
-        value, ok = int(value), True
-    elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value, ok = int(value.strip()), True
-    else:
-        ok = False
-    if not ok or int(value) < minimum:
-        raise E.QueryFieldError(
-            f"field {name!r} must be an integer >= {minimum}", values={"field": name, "value": value},
-            fix=_field_help(keyed) if keyed is not None else f"give {name} as a whole number")
-    return int(value)
+def _as_int(name: str, value: Any, keyed: KeyedTable | None, *, minimum: int | None = None) -> int:
+    """A query's integer field, strictly and inside its range (modperf.limits); ``minimum``
+    raises the range's lower bound for a caller that needs more."""
+    rng = limits.range_of(name)
+    if minimum is not None and minimum > rng.low:
+        rng = limits.Range(minimum, rng.high, rng.what)
+    return limits.parse_int(name, value, rng=rng,
+                            fix=_field_help(keyed) if keyed is not None else f"give {name} as a whole number")
+
+
+def _check_names(fields: Mapping[str, Any]) -> None:
+    """Field names are strings and field values scalars (a string, a number, a boolean): a
+    batch line's nested lists or objects are refused here, before anything else reads them."""
+    for name, value in fields.items():
+        if not isinstance(name, str):
+            raise E.QueryFieldError("query field names are strings", values={"field": repr(name)},
+                                    fix='e.g. {"table": "...", "batch_size": 8}')
+        if value is not None and not isinstance(value, (str, int, float, np.integer, np.floating)):
+            raise E.QueryFieldError(
+                f"field {E.quote(name)} must be a string, a number or a boolean, not a {type(value).__name__}",
+                values={"field": name}, fix="give one value per field")
 
 
 def _slot(fields: Mapping[str, Any]) -> tuple[str, str, str, str | None]:
@@ -341,7 +347,8 @@ class QueryEngine:
 
     def _cached_plan(self, fields: Mapping[str, Any]) -> _Plan:
         plan_key: tuple[Any, ...] | None
-        plan_key = tuple(sorted((k, v) for k, v in fields.items() if k not in _AXIS_NAMES))
+        # the type is part of the key: 0 == False and 1 == True, but only a bool is a flag (modperf.limits)
+        plan_key = tuple(sorted((k, type(v), v) for k, v in fields.items() if k not in _AXIS_NAMES))
         try:
             plan = self._plans.get(plan_key)
         except TypeError:  # an unhashable value: resolve without the cache
@@ -374,7 +381,7 @@ class QueryEngine:
                     raise E.QueryFieldError(
                         f"missing field {name!r}", values={"field": name, "table": plan.template.table},
                         fix=_field_help(keyed_help))
-            elif type(value) is not int or value < 0:
+            elif type(value) is not int or value not in limits.range_of(name):
                 value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
             point.append(value)
         return point
@@ -462,7 +469,7 @@ class QueryEngine:
         probe = dict(scalar)
         for k, v in arrays.items():
             flat = np.asarray(v).ravel()
-            probe[k] = int(flat[0]) if flat.size else 0
+            probe[k] = flat[0].item() if flat.size else 0  # parsed (and refused) like any field
         plan = self._plan(probe, vector_fields=set(arrays))
         cols: list[Any] = []
         for name in plan.axis_fields:
@@ -470,9 +477,12 @@ class QueryEngine:
                 cols.append(np.asarray(arrays[HEADS]) if HEADS in arrays else np.asarray(plan.local))
             elif name in arrays:
                 col = np.asarray(arrays[name])
-                if col.size and (not np.issubdtype(col.dtype, np.number) or (col < 0).any()):
-                    raise E.QueryFieldError(f"field {name!r} must hold numbers >= 0",
-                                            values={"field": name}, fix=_field_help(grid_keyed(self, plan)))
+                rng = limits.range_of(name)
+                if col.size and (not np.issubdtype(col.dtype, np.number) or np.issubdtype(col.dtype, np.bool_)
+                                 or not np.isfinite(col).all() or (col < rng.low).any() or (col > rng.high).any()):
+                    raise E.QueryFieldError(f"field {name!r} must hold numbers in {rng.describe()} ({rng.what})",
+                                            values={"field": name, "range": [rng.low, rng.high]},
+                                            fix=_field_help(grid_keyed(self, plan)))
                 cols.append(col)
             else:
                 value = scalar.get(name, plan.fixed.get(name))
@@ -495,9 +505,10 @@ class QueryEngine:
     # -- resolution ----------------------------------------------------------------------
 
     def _plan(self, fields: Mapping[str, Any], vector_fields: set[str] | None = None) -> _Plan:
+        _check_names(fields)
         vector_fields = vector_fields or set()
         table, system, backend, version = _slot(fields)
-        allow_substitute = bool(fields.get("allow_substitute", False))
+        allow_substitute = limits.parse_bool("allow_substitute", fields.get("allow_substitute", False))
         notes: list[str] = []
 
         # -- head identity (before the table: the version default needs the native) ----------
@@ -524,8 +535,8 @@ class QueryEngine:
         unknown = sorted(k for k in fields if k not in allowed)
         if unknown:
             raise E.QueryFieldError(
-                f"unknown field(s) {', '.join(map(repr, unknown))} for table {table}",
-                values={"unknown": unknown}, fix=_field_help(keyed))
+                f"unknown field(s) {', '.join(map(E.quote, unknown[:8]))}{' ...' if len(unknown) > 8 else ''} "
+                f"for table {table}", values={"unknown": unknown}, fix=_field_help(keyed))
 
         # -- shard -------------------------------------------------------------------------------
         tp = fields.get("tp_size")

@@ -15,6 +15,8 @@ Parquet is read through ``ParquetFile``, not ``pq.read_table``: the latter impor
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -46,8 +48,46 @@ def stored_type(t: pa.DataType) -> pa.DataType:
     return t.value_type if pa.types.is_dictionary(t) else t
 
 
+#: What a CSV header holds: column names. A first line that is anything else (a line of
+#: /etc/passwd behind a symlink) means the file is not a table, and is never quoted.
+_COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,127}")
+#: The parts of pyarrow's CSV errors that describe the file's shape, not its content (the rest of
+#: such a message quotes the offending row, which may be anything the file holds).
+_CSV_SHAPE = (re.compile(r"CSV parse error: Expected \d+ columns, got \d+"),
+              re.compile(r"In CSV column #\d+: Row #\d+: CSV conversion error to \w+"),
+              re.compile(r"Empty CSV file"))
+
+
+def _reason(path: Path, exc: BaseException) -> str:
+    """Why a read failed, in words that quote nothing from the file's content."""
+    text = str(exc)
+    if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowException) and exc.strerror:
+        return exc.strerror
+    if is_csv(path):
+        for pattern in _CSV_SHAPE:
+            found = pattern.search(text)
+            if found:
+                return found.group()
+        return f"not a CSV table ({type(exc).__name__})"
+    # parquet errors describe the footer and metadata, not row content; keep the first line
+    return E.clean(text.splitlines()[0] if text else type(exc).__name__, 300)
+
+
 def _unreadable(path: Path, exc: BaseException) -> E.UnreadableTableError:
-    return E.UnreadableTableError(f"cannot read table: {exc}", file=path, fix=_UNREADABLE_FIX)
+    return E.UnreadableTableError(f"cannot read table: {_reason(path, exc)}", file=path, fix=_UNREADABLE_FIX)
+
+
+def _check_names(path: Path, names: list[str]) -> None:
+    """Column names that can key a table: unique, and (in a CSV) names at all."""
+    if is_csv(path) and not all(_COLUMN_NAME.fullmatch(n) for n in names):
+        raise E.UnreadableTableError(
+            "the first line is not a header of column names: not a perf table", file=path, fix=_UNREADABLE_FIX)
+    repeated = sorted(n for n, count in Counter(names).items() if count > 1)
+    if repeated:
+        raise E.DuplicateColumnError(
+            f"column name(s) {', '.join(map(E.quote, repeated[:5]))} appear more than once: which column keys "
+            "the rows cannot be told", file=path, values={"columns": repeated},
+            fix="rename or drop the duplicate columns (re-export the table from its source)")
 
 
 def read_schema(path: Path) -> pa.Schema:
@@ -56,10 +96,13 @@ def read_schema(path: Path) -> pa.Schema:
         if is_csv(path):
             import pyarrow.csv as pacsv
 
-            return pacsv.read_csv(path).schema
-        return pq.read_schema(path)
+            schema = pacsv.read_csv(path).schema
+        else:
+            schema = pq.read_schema(path)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _unreadable(path, exc) from exc
+        raise _unreadable(path, exc) from None
+    _check_names(path, schema.names)
+    return schema
 
 
 def read_table(
@@ -81,17 +124,19 @@ def read_table(
             import pyarrow.csv as pacsv
 
             options = pacsv.ConvertOptions(column_types=dict(csv_types or {}))
-            if wanted is not None:
-                header = pacsv.read_csv(path, convert_options=options).column_names
-                options.include_columns = [c for c in header if c in wanted]
-            return pacsv.read_csv(path, convert_options=options)
+            whole = pacsv.read_csv(path, convert_options=options)
+            _check_names(path, whole.column_names)
+            if wanted is None:
+                return whole
+            return whole.select([c for c in whole.column_names if c in wanted])
         schema = pq.read_schema(path)
+        _check_names(path, schema.names)
         names = [c for c in schema.names if wanted is None or c in wanted]
         strings = [] if as_stored else [f.name for f in schema if f.name in names and is_string_type(f.type)]
         with pq.ParquetFile(path, read_dictionary=strings) as handle:
             return handle.read(columns=names)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _unreadable(path, exc) from exc
+        raise _unreadable(path, exc) from None
 
 
 def read_layout(path: Path) -> tuple[str, int | None]:
@@ -99,7 +144,7 @@ def read_layout(path: Path) -> tuple[str, int | None]:
     try:
         meta = pq.read_metadata(path)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _unreadable(path, exc) from exc
+        raise _unreadable(path, exc) from None
     if not meta.num_row_groups:
         return "zstd", None
     codec = meta.row_group(0).column(0).compression
@@ -114,7 +159,7 @@ def read_row_count(path: Path) -> int:
             return read_table(path).num_rows
         return int(pq.read_metadata(path).num_rows)
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise _unreadable(path, exc) from exc
+        raise _unreadable(path, exc) from None
 
 
 __all__ = ["is_csv", "is_string_type", "read_layout", "read_row_count", "read_schema", "read_table",

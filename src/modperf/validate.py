@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import errors as E
+from . import limits
 from .catalog import TableRef
 from .codes import combine, factorize, to_numpy, unique_codes
 from .families.base import (
@@ -215,14 +216,26 @@ def validate_table(
         return None, out.failures
     assert latency is not None
 
-    # -- value ranges ----------------------------------------------------------------------
-    for col in (HEADS, TP, "local_num_heads"):
-        if col in integers:
-            bad = _rows(integers[col] <= 0)
-            if bad.size:
-                out.add(E.InvalidHeadsError, f"{col!r} must be a positive integer", rows=bad,
-                        values={"column": col, "examples": integers[col][bad[:3]].tolist()},
-                        fix=f"re-collect these rows; a {col} of zero or less never ran")
+    # -- value ranges (modperf.limits; docs/limits.md) ---------------------------------------
+    if n == 0:
+        out.add(E.EmptyTableError, "the table holds no rows: it can answer nothing",
+                fix="re-collect the table, or remove the file")
+        return None, out.failures
+    for col, values in integers.items():
+        # checked once here, so that nothing downstream multiplies numbers that wrap in int64
+        # (num_heads = 2**62 + 32 at tp 4 is 128 modulo 2**64)
+        rng = limits.range_of(col)
+        bad = _rows((values < rng.low) | (values > rng.high))
+        if not bad.size:
+            continue
+        counts = col in (HEADS, TP, "local_num_heads")
+        out.add(E.InvalidHeadsError if counts else E.ValueRangeError,
+                f"{col!r} must be an integer in {rng.describe()} ({rng.what})", rows=bad,
+                values={"column": col, "examples": values[bad[:3]].tolist()},
+                fix=f"re-collect these rows; a {col} of zero or less never ran" if counts
+                and (values[bad] <= 0).all() else f"re-collect these rows; {col} outside {rng.describe()} is not "
+                "a measurement")
+    ranges_ok = not any(isinstance(f, (E.InvalidHeadsError, E.ValueRangeError)) for f in out.failures)
 
     model = categorical.pop(MODEL, None)
     architecture = categorical.pop(ARCHITECTURE, None)
@@ -301,6 +314,9 @@ def validate_table(
         out.add(E.InvalidLatencyError, f"latency must be finite and > 0 ms{note}", rows=rows,
                 values={"examples": latency[rows[:3]].tolist()},
                 fix="re-measure these rows; a failed or skipped measurement must not be stored as a latency")
+
+    if not ranges_ok:  # the head-axis checks multiply heads by tp: not with numbers out of range
+        return None, out.failures
 
     # -- head axis: stale fingerprint, rank-local, native contract -------------------------
     stale_rows = np.zeros(n, dtype=bool)

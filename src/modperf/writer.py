@@ -50,6 +50,7 @@ import pyarrow as pa
 import yaml
 
 from . import errors as E
+from . import limits
 from ._meta import __version__
 from .atomic import parquet_writer, stage, text_writer
 from .catalog import PARQUET_SUFFIX, TableRef
@@ -63,6 +64,8 @@ from .validate import validate_table
 SIDECAR = "collection_meta.yaml"
 #: Columns that count heads or ranks: zero or less never ran.
 _POSITIVE = (HEADS, TP, "local_num_heads")
+#: An integer column that is not a key: any count that fits the int64 column.
+_ANY_COUNT = limits.Range(0, limits.INT64.high, "a non-negative 64-bit integer")
 
 
 @dataclass
@@ -127,17 +130,25 @@ class TableWriter:
                  (("system", self.system), ("family_dir", self.family_dir), ("backend", self.backend),
                   ("version", self.version))]
         self.path = self.root.joinpath(*parts, f"{self.table}{PARQUET_SUFFIX}")
-        if not self.path.resolve().is_relative_to(self.root.resolve()):
+        try:
+            inside = self.path.resolve().is_relative_to(self.root.resolve())
+            exists = self.path.exists() or self.path.is_symlink()
+        except OSError as exc:
+            raise E.WriteFailedError(f"cannot access the output folder: {exc.strerror or exc}", file=self.path,
+                                     fix="check the root folder's permissions") from None
+        if not inside:
             raise E.PathOutsideOutputError(
                 "the table would be written outside the root folder", file=self.path,
                 values={"root": str(self.root), "resolved": str(self.path.resolve())},
                 fix="check for a symlink under the root that points elsewhere",
             )
-        if self.path.exists() and not self.overwrite:
+        if exists and not self.overwrite:
             raise E.TargetExistsError("the table already exists", file=self.path,
                                       fix="pass overwrite=True to replace it, or write another version folder")
         self.registry = self.registry or ModelRegistry.default()
         self._types = {f.name: f.type for f in self.schema}
+        #: The loader's range for every integer key column (the loader checks the same ones).
+        self._ranges = {n: limits.range_of(n) for n in (*self.spec.integer_keys, TP, HEADS, "local_num_heads")}
         self._config: ModelConfig | None = None
         self.native: int | None = None
         if self.model is not None:
@@ -206,12 +217,16 @@ class TableWriter:
                 raise self._fail(E.MeasurementValueError, f"{name!r} must be an integer", row,
                                  values={"column": name, "value": repr(value)},
                                  fix=f"pass {name} as an int (heads and sizes count things)")
-            if name in _POSITIVE and value <= 0:
-                raise self._fail(E.MeasurementValueError, f"{name!r} must be > 0", row,
-                                 values={"column": name, "value": int(value)}, fix="a count of zero or less never ran")
-            if value < 0:
-                raise self._fail(E.MeasurementValueError, f"{name!r} must be >= 0", row,
-                                 values={"column": name, "value": int(value)}, fix=f"check the {name} value")
+            # the loader's ranges (modperf.limits), here at the call: a value close() would refuse (or
+            # that does not fit the int64 column, 2**63 and up) never enters the session
+            rng = self._ranges.get(name, _ANY_COUNT)
+            if not rng.low <= value <= rng.high:
+                bound = (f"> {rng.low - 1}" if rng.low > 0 else ">= 0") if value < rng.low else f"at most {rng.high:,}"
+                raise self._fail(E.MeasurementValueError,
+                                 f"{name!r} must be {bound} (an integer in {rng.describe()}: {rng.what})", row,
+                                 values={"column": name, "value": int(value), "range": [rng.low, rng.high]},
+                                 fix="a count of zero or less never ran" if name in _POSITIVE and value <= 0
+                                 else f"check the {name} value")
         elif pa.types.is_floating(t) and name != LATENCY and (
                 isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))):
             raise self._fail(E.MeasurementValueError, f"{name!r} must be a number", row,
@@ -359,7 +374,12 @@ class TableWriter:
         header: list[str] = []
         doc: dict[str, Any] = {}
         if path.exists():
-            text = path.read_text()
+            try:
+                text = path.read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
+                raise E.SidecarConflictError(f"cannot read {SIDECAR}: {reason}", file=path,
+                                             fix="repair the file, or move it away") from None
             for line in text.splitlines():
                 if line.startswith("#") or not line.strip():
                     header.append(line)
@@ -367,9 +387,11 @@ class TableWriter:
                     break
             try:
                 loaded = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                raise E.SidecarConflictError(f"cannot parse {SIDECAR}: {exc}", file=path,
-                                             fix="repair the YAML, or move it away") from exc
+            except (yaml.YAMLError, RecursionError, ValueError) as exc:
+                where = getattr(exc, "problem_mark", None)
+                at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+                raise E.SidecarConflictError(f"cannot parse {SIDECAR}{at}", file=path,
+                                             fix="repair the YAML, or move it away") from None
             doc = loaded if isinstance(loaded, dict) else {}
         runtime_doc = doc.get("runtime")
         runtime = runtime_doc if isinstance(runtime_doc, dict) else {}
@@ -427,7 +449,8 @@ class TableWriter:
 
         staged = []
         try:
-            staged.append(stage(self.path, parquet_writer(table), overwrite=self.overwrite, verify=verify))
+            staged.append(stage(self.path, parquet_writer(table), overwrite=self.overwrite, verify=verify,
+                                follow_symlink=True))  # __post_init__ vetted: it resolves inside the root
             staged.append(stage(sidecar_path, text_writer(sidecar_text), overwrite=True))
             for s in staged:  # the table first: a sidecar never describes a table that is not there
                 s.commit()

@@ -40,7 +40,8 @@ def test_estimate_errors_exit_2_with_a_message():
     assert "error (shard): tp=5 does not divide the native head count 96" in result.stderr
     result = runner.invoke(app, [*KIMI, "--tp", "one"])
     assert result.exit_code == 2
-    assert "error (option_value): --tp takes positive integers separated by commas [tp='one']" in result.stderr
+    assert "error (option_value): --tp takes positive integers separated by commas (each in 1..4,096) [tp='one']" \
+        in result.stderr
     result = runner.invoke(app, [*KIMI, "--kernel-source", "FLASH_ATTN", "--json"])
     assert result.exit_code == 2 and json.loads(result.stdout)["error"]["kind"] == "usage"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast
@@ -24,27 +24,47 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.segment import Segment
 
 from .. import errors as E
 from ..jsonio import dumps
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+def _safe_text(text: str) -> str:
+    # line breaks and tabs are layout; every other control character is shown as its escape
+    if text.isprintable() or all(ch.isprintable() or ch in "\n\t" for ch in text):
+        return text
+    return "\n".join(E.escape_controls(part) for part in text.split("\n"))
+
+
+class SafeConsole(Console):
+    """A console that never writes a control character it did not make itself: text from
+    tables, configs and the command line (a model name holding ESC[2J) is shown escaped.
+    Rich's own styling and cursor control are segments of their own and pass unchanged."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:  # rich's private hook
+        return super()._render_buffer(
+            seg if seg.control else Segment(_safe_text(seg.text), seg.style, seg.control) for seg in buffer)
+
+
+console = SafeConsole(highlight=False)
+err_console = SafeConsole(stderr=True, highlight=False)
 
 DataRootOpt = Annotated[
     Path | None,
     typer.Option("--data-root", envvar="MODPERF_DATA_ROOT", help="Data root (default: the embedded corpus).",
-                 show_default=False),
+                 show_default=False, readable=False),
 ]
 ModelConfigsOpt = Annotated[
     list[Path] | None,
     typer.Option("--model-configs", help="Extra folder of org--Name_config.json files (repeatable; "
-                 "MODPERF_MODEL_CONFIGS also works).", show_default=False),
+                 "MODPERF_MODEL_CONFIGS also works).", show_default=False, readable=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 PathsArg = Annotated[
     list[Path] | None,
-    typer.Argument(help="Table files or folders (default: the whole data root).", show_default=False),
+    typer.Argument(help="Table files or folders (default: the whole data root).", show_default=False,
+                   readable=False),
 ]
 TableOpt = Annotated[str | None, typer.Option("--table", help="Only this table stem (e.g. mla_context_module).")]
 

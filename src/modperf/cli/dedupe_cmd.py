@@ -67,12 +67,14 @@ def print_report(report: DedupeReport) -> None:
     written = [f for f in report.files if f.written is not None]
     if written:
         plan = Table(title=f"written to {report.out_dir}")
-        for col in ("source", "rows", "written", "verified", "destination"):
+        for col in ("source", "rows", "rows written", "written", "destination"):
             plan.add_column(col, overflow="fold")
         for f in written:
             assert f.written is not None
-            plan.add_row(short_label(f.ref), f"{f.rows:,}", f"{f.written.rows_written:,}",
-                         "[green]yes[/]" if f.written.verified else "[red]NO (not written)[/]", f.written.destination)
+            why = f.written.failures[0].kind if f.written.failures else ""
+            plan.add_row(short_label(f.ref), f"{f.rows:,}", f"{f.written.rows_written:,}" if f.written.written else "-",
+                         "[green]yes, verified[/]" if f.written.written else f"[red]NO ({escape(why)})[/]",
+                         f.written.destination)
         console.print(plan)
     for failure in report.failures:
         console.print(f"[red]FAIL[/] [bold]{failure.kind}[/]: {escape(str(failure))}", soft_wrap=True)
@@ -94,7 +96,10 @@ def dedupe_command(
     paths: PathsArg = None,
     table: TableOpt = None,
     write: Annotated[Path | None, typer.Option("--write", metavar="OUT_DIR",
-                                               help="Write de-duplicated, verified tables under OUT_DIR.")] = None,
+                                               help="Write de-duplicated, verified tables under OUT_DIR.",
+                                               readable=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="With --write: also replace files in OUT_DIR that modperf "
+                                        "did not write.")] = False,
     tolerance: Annotated[float, typer.Option("--tolerance", help="Relative spread (max/min - 1) above which an "
                                              "identity is listed.")] = DEFAULT_TOLERANCE,
     prefer: Annotated[list[str] | None, typer.Option("--prefer", metavar="MODEL", help="Canonical name to use when it "
@@ -111,7 +116,7 @@ def dedupe_command(
         report = dedupe(
             paths_or_none(paths), data_root=str(data_root) if data_root else None, table=table,
             model_configs=[str(p) for p in model_configs or []], tolerance=tolerance, prefer=prefer or (),
-            examples=examples, write=write, on_progress=on_progress)
+            examples=examples, write=write, force=force, on_progress=on_progress)
     if json_out:
         emit_json(report.to_dict())
     else:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
+from .. import errors as E
 from ..inventory import list_tables
 from . import app
 from ._common import DataRootOpt, JsonOpt, console, emit_json, handles_errors
@@ -25,14 +27,16 @@ def ls_command(
     data_root: DataRootOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """List tables with rows, models and (num_heads x tp_size) pairs."""
+    """List tables with rows, models and (num_heads x tp_size) pairs; exit 1 when a part of the
+    data root cannot be read (an unreadable folder, a malformed reuse.yaml: listed)."""
+    problems: list[E.ModperfError] = []
     entries = list_tables(str(data_root) if data_root else None, system=system, backend=backend,
-                          version=version, table=table)
+                          version=version, table=table, problems=problems)
     if not all_tables and table is None:
         entries = [e for e in entries if e["head_bearing"]]
     if json_out:
-        emit_json({"tables": entries})
-        return
+        emit_json({"tables": entries, "problems": [p.to_dict() for p in problems]})
+        raise typer.Exit(1 if problems else 0)
     grid = Table(title=f"{len(entries)} tables", show_lines=False)
     for col in ("system", "backend", "version", "table", "rows", "models", "num_heads x tp_size", "note"):
         grid.add_column(col, overflow="fold")
@@ -54,3 +58,6 @@ def ls_command(
         grid.add_row(e["system"], e["backend"], e["version"], e["table"], str(e.get("rows")), models, pairs,
                      "; ".join(note))
     console.print(grid)
+    for problem in problems:
+        console.print(f"[red]FAIL[/] [bold]{problem.kind}[/]: {escape(str(problem))}", soft_wrap=True)
+    raise typer.Exit(1 if problems else 0)

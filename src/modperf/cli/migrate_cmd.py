@@ -87,14 +87,14 @@ def _parse_fills(fills: list[str] | None) -> dict[str, str]:
 @handles_errors
 def migrate_command(
     paths: Annotated[list[Path], typer.Argument(help="Table files or folders (searched recursively).",
-                                                show_default=False)],
+                                                show_default=False, readable=False)],
     execute: Annotated[bool, typer.Option("--execute", help="Write the migrated tables (default: dry run).")] = False,
     model: Annotated[str | None, typer.Option(
         "--model", help="HF model id whose native head count labels tables that record no model; required for "
                         "legacy tables without num_heads (no default).", show_default=False)] = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write under this folder (in the data-root layout where the input has it); originals are kept.",
-        show_default=False)] = None,
+        show_default=False, readable=False)] = None,
     fill: Annotated[list[str] | None, typer.Option(
         "--fill", help="COLUMN=VALUE for a column a legacy table lacks and the corpus does not decide (repeatable).",
         show_default=False)] = None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from typing import IO, Annotated, Any
 
@@ -10,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import errors as E
-from ..batch import run_lines
+from ..batch import read_lines, run_lines
 from ..db import Database
 from . import app
 from ._common import (
@@ -46,14 +48,22 @@ def parse_extra_fields(args: list[str]) -> dict[str, str]:
     return fields
 
 
-def _open_batch(path: str) -> IO[str]:
+def _open_batch(path: str) -> IO[bytes]:
+    """The batch input as bytes: each line is decoded on its own, so one line that is not
+    UTF-8 gets its own error line instead of ending the batch."""
     if path == "-":
-        return sys.stdin
+        return sys.stdin.buffer
     try:
-        return open(path, encoding="utf-8")  # closed by the caller
+        stream = open(path, "rb")  # noqa: SIM115  (returned open; the caller closes it)
     except OSError as exc:
         raise E.QueryFieldError(f"cannot read batch file: {exc.strerror}", file=path,
                                 fix="pass a file of JSON lines, or - for stdin") from exc
+    mode = os.fstat(stream.fileno()).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a device such as /dev/zero has no lines
+        stream.close()
+        raise E.QueryFieldError("the batch input is not a file or a pipe", file=path,
+                                fix="pass a file of JSON lines, or - for stdin")
+    return stream
 
 
 def print_answer(answer: dict[str, Any]) -> None:
@@ -154,12 +164,15 @@ def query_command(
         stream = _open_batch(batch)
         failed = 0
         try:
-            for ok, line in run_lines(stream, lambda f: db.query(**f), fields):
+            for ok, line in run_lines(read_lines(stream), db.queries.query, fields):
                 failed += not ok
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()
+        except OSError as exc:  # the input failed mid-way (a folder, an I/O error): typed, after every answer
+            raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=batch,
+                                    fix="pass a readable file of JSON lines, or - for stdin") from exc
         finally:
-            if stream is not sys.stdin:
+            if stream is not sys.stdin.buffer:
                 stream.close()
         raise typer.Exit(1 if failed else 0)
     if table is None:

@@ -46,6 +46,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from .. import errors as E
+from ..atomic import sweep
 from ..catalog import PARQUET_SUFFIX, TableRef, refs_for_paths
 from ..families import Family, Tier, family_of, head_bearing_tables
 from ..families.base import HEADS, MODEL, TP
@@ -93,6 +94,18 @@ def _target(ref: TableRef, out: Path | None) -> Path:
     return target
 
 
+def _found_in(ref: TableRef, paths: Sequence[str]) -> Path:
+    """The command-line folder a table was found under (for a file named itself: its folder)."""
+    here = Path(os.path.abspath(ref.path))
+    for p in paths:
+        arg = Path(os.path.abspath(Path(p).expanduser()))
+        if arg == here:
+            return here.parent
+        if here.is_relative_to(arg):
+            return arg
+    return here.parent
+
+
 def _holds(path: Path, expected: pa.Table | None) -> bool:
     try:
         return expected is not None and read_table(path, as_stored=True).equals(expected, check_metadata=True)
@@ -116,9 +129,12 @@ def _prevalidate(plan: FilePlan, ref: TableRef, family: Family, registry: ModelR
 
 
 def plan_file(ref: TableRef, registry: ModelRegistry, *, model: str | None = None, out: Path | None = None,
-              fills: Mapping[str, str] | None = None, data_root: str | None = None) -> FilePlan:
+              fills: Mapping[str, str] | None = None, data_root: str | None = None,
+              link_root: Path | None = None) -> FilePlan:
     """Read one table and decide what migration does to it. Never writes, never raises for data
-    problems (they are the plan's ``refusals``)."""
+    problems (they are the plan's ``refusals``). A table that is a symbolic link is rewritten
+    in place only where the link points inside ``link_root`` (the folder it was found in; by
+    default the link's own folder): the target is rewritten and the link stays."""
     plan = FilePlan(ref.path, ref.table, format=ref.format, ref=ref)
     family = family_of(ref.table)
     if family is None or not family.head_bearing:
@@ -193,6 +209,16 @@ def plan_file(ref: TableRef, registry: ModelRegistry, *, model: str | None = Non
             fix="remove it (it may be an earlier migration of this file), or pass --out DIR",
         ))
         return plan
+    if replacing_source and ref.path.is_symlink():
+        real = ref.path.resolve()
+        root = (link_root or ref.path.parent).resolve()
+        if not real.is_relative_to(root):
+            plan.refuse(E.LinkOutsideRootError(
+                "the table is a symbolic link to a file outside the folder it was found in; migrating it in place "
+                "would rewrite that file", file=ref.path, values={"target": str(real), "folder": str(root)},
+                fix="pass --out DIR to write the migrated table elsewhere, or migrate the target where it lives"))
+            return plan
+        plan.notes.append(f"symbolic link: its target {real} is rewritten in place (the link stays)")
     if replacing_source:
         plan.notes.append("rewrites the file in place (atomically); pass --out DIR to keep the original")
     else:
@@ -225,15 +251,26 @@ def migrate(
     if model is not None:
         config_of(registry, model, None)  # an unknown --model is reported once, before any file is read
     out_path = Path(out).expanduser() if out is not None else None
-    if out_path is not None and out_path.exists() and not out_path.is_dir():
-        raise E.UsageError("--out is not a folder", file=out_path, fix="pass a folder (it is created if missing)")
-    paths = [str(p) for p in paths]
-    explicit = {os.path.abspath(p) for p in paths}
+    if out_path is not None:
+        existing = next(p for p in (out_path, *out_path.absolute().parents) if p.exists() or p == p.parent)
+        if not existing.is_dir():
+            raise E.UsageError("--out is not a folder" if existing == out_path else "--out lies under a file",
+                               file=out_path, values={"file": str(existing)},
+                               fix="pass a folder (it is created if missing)")
+    names = [str(p) for p in paths]
+    explicit = {os.path.abspath(p) for p in names}
     # Tables without a head axis found inside a folder are skipped (as `modperf check` does);
     # one named explicitly is reported.
-    refs = [r for r in refs_for_paths(paths)
+    refs = [r for r in refs_for_paths(names)
             if r.table in head_bearing_tables() or os.path.abspath(r.path) in explicit]
-    plans = [plan_file(ref, registry, model=model, out=out_path, fills=fills, data_root=data_root) for ref in refs]
+    plans = [plan_file(ref, registry, model=model, out=out_path, fills=fills, data_root=data_root,
+                       link_root=_found_in(ref, names)) for ref in refs]
+    unused = sorted(set(fills or {}) - {c for p in plans for c, how in p.filled.items() if how["source"] == "--fill"})
+    if unused and all(p.ok for p in plans):  # a --fill that fills nothing is a typo, never silently dropped
+        raise E.OptionValueError(
+            f"--fill {', '.join(map(E.quote, unused))} fills nothing: no legacy table here lacks "
+            f"{'that column' if len(unused) == 1 else 'those columns'}", values={"unused": unused},
+            fix="drop it; --fill is for a column a legacy table lacks and the corpus does not decide")
     by_target: dict[Path, list[FilePlan]] = {}
     for p in plans:
         if p.will_write and p.target is not None:
@@ -247,6 +284,11 @@ def migrate(
                     fix="migrate them one at a time with different --out folders",
                 ))
     report = MigrationReport(plans, executed=False, execute_requested=execute)
+    if execute:
+        # temporary files of an earlier, killed run (also where this run has nothing to write)
+        for folder in sorted({f for p in plans for f in (p.source.resolve().parent, *(
+                [p.target.resolve().parent] if p.target is not None else []))}):
+            sweep(folder)
     if execute and report.ok:
         report.executed = True
         for p in plans:

@@ -88,7 +88,8 @@ def execute_plan(plan: FilePlan, registry: ModelRegistry) -> None:
 
     write_atomically(plan.target, parquet_writer(plan.migrated, compression=plan.compression,
                                                  row_group_size=plan.row_group_size),
-                     overwrite=plan.target == plan.source, verify=verify)
+                     overwrite=plan.target == plan.source, verify=verify,
+                     follow_symlink=plan.target == plan.source)  # plan_file vetted a symlinked source
     plan.written = True
     # the strict load is the gate `modperf check` runs; it ran on these bytes before the rename
     verification["modperf_check"] = verification["strict_load"]

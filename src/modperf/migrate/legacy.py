@@ -5,6 +5,7 @@ lacks filled only where something decides it."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import errors as E
+from .. import limits
 from ..families import Family
 from ..families.base import ARCHITECTURE, HEADS, MODEL, TP
 from ..models import ModelConfig, ModelRegistry
@@ -82,10 +84,23 @@ def _check_kernel_dims(plan: FilePlan, family: Family, configs: Mapping[str, Mod
 
 
 def _fill_value(name: str, value: str, t: pa.DataType) -> Any:
+    """A --fill value as the column's type, strictly and inside the column's range."""
+    fix = f"--fill {name}=VALUE takes a value of the column's type ({t})"
     if pa.types.is_integer(t):
-        return int(value)
+        return limits.parse_int(name, value, error=E.OptionValueError, fix=fix)
     if pa.types.is_floating(t):
-        return float(value)
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            raise E.OptionValueError(f"--fill {name} must be a finite number", values={"column": name, "value": value},
+                                     fix=fix)
+        return number
+    if not pa.types.is_string(t) and not pa.types.is_large_string(t):
+        raise E.OptionValueError(f"--fill cannot fill a {t} column", values={"column": name}, fix=fix)
+    if not value:
+        raise E.OptionValueError(f"--fill {name} needs a value", values={"column": name}, fix=fix)
     return value
 
 

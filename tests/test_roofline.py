@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from modperf.families import registry
-from modperf.roofline import DEFAULT_GPU, WorkModel, bytes_of, gpu_spec
+from modperf.roofline import DEFAULT_GPU, AxisWork, WorkModel, bytes_of, gpu_spec
 
 H200 = gpu_spec("h200_sxm")
 
@@ -29,18 +29,24 @@ def test_unknown_system_uses_the_default_gpu_and_says_so() -> None:
 
 
 @pytest.mark.parametrize(("dtype", "size"), [("bfloat16", 2.0), ("fp8", 1.0), ("fp8_block", 1.0), ("int8", 1.0),
-                                             ("nvfp4", 0.5), (None, 2.0)])
+                                             ("nvfp4", 0.5), ("int4_wo", 0.5), (None, 2.0)])
 def test_bytes_per_element(dtype: str | None, size: float) -> None:
     assert bytes_of(dtype) == size
 
 
 def test_every_declared_family_has_a_work_model() -> None:
+    """Head-axis tables get an attention-shaped WorkModel, the others their family's row roofline
+    over their own axes."""
     key = {"kv_cache_dtype": "bfloat16", "attn_dtype": "bfloat16", "gemm_type": "bfloat16", "head_dim": 128,
            "num_key_value_heads": 8, "gemm_dtype": "bfloat16", "compress_ratio": 4}
     for fam in registry().values():
-        assert fam.work is not None, fam.name
+        assert fam.work is not None or fam.roof is not None, fam.name
         for spec in fam.tables:
-            assert isinstance(fam.work_model(spec.name, spec.phase, key, {}, H200), WorkModel)
+            work = fam.work_model(spec.name, spec.phase, key, {}, H200)
+            if spec.head_axis:
+                assert isinstance(work, WorkModel), spec.name
+            else:
+                assert isinstance(work, AxisWork) and work.axes == spec.axes, spec.name
 
 
 def test_gemm_roofline_is_2mnk_against_the_peak() -> None:

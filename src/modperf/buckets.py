@@ -61,7 +61,7 @@ class KeyedTable:
     bucket_local: np.ndarray  # per bucket
     model_native: dict[str, int]  # model -> native (from its config)
     model_geometry: dict[str, tuple[tuple[str, Any], ...]]
-    rows_read: int
+    rows_read: int  # rows keyed: one per phase where the family unpivots stored rows
     duplicates_merged: int  # rows removed by the duplicate rule
     alias_duplicate_points: int  # points measured under more than one model name
     agreement: Agreement | None = None
@@ -69,6 +69,13 @@ class KeyedTable:
     #: Every native head count the rows stand for (from configs, or num_heads * tp_size in
     #: local-only tables that record tp), whether or not the buckets key it.
     natives_seen: tuple[int, ...] = ()
+    #: Per point, the relative spread (max / min - 1) of the duplicate rows merged into it; NaN
+    #: for a point measured once. None when the table has no duplicates.
+    duplicate_spread: np.ndarray | None = None
+    #: Distinct values of the table's ``version`` column (provenance: what the rows say ran).
+    recorded_versions: tuple[str, ...] = ()
+    #: Rows in the file as stored.
+    rows_stored: int = -1
     _index: dict[tuple[Any, ...], int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -169,6 +176,11 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     pick = starts + (sizes - 1) // 2  # lower median: latencies are ascending inside a group
     point_bucket = b_sorted[starts]
     point_latency = lat_sorted[pick]
+    spread = None
+    if (sizes > 1).any():
+        lo, hi = lat_sorted[starts], lat_sorted[starts + sizes - 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            spread = np.where((sizes > 1) & (lo > 0), hi / lo - 1.0, np.nan)
     point_axes = {name: a[starts] for name, a in zip(spec.axes, ax_sorted)}
 
     # alias duplicates: points measured under more than one model name
@@ -222,6 +234,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         model_geometry=dict(vt.geometry), rows_read=n, duplicates_merged=int(n - starts.size),
         alias_duplicate_points=alias_points, agreement=agreement, missing_optional=vt.missing_optional,
         natives_seen=tuple(int(v) for v in unique_codes(vt.native[vt.native > 0])) if vt.native is not None else (),
+        duplicate_spread=spread, recorded_versions=vt.recorded_versions, rows_stored=vt.stored_rows,
     )
 
 

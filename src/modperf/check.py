@@ -1,4 +1,4 @@
-"""``modperf check``: load every head-bearing table with every guard and report per family.
+"""``modperf check``: load every declared table with every guard and report per family.
 
 Failures are collected, never short-circuited: one bad file does not hide another, and one
 file reports all of its problems. With ``quality`` the same load also feeds the plausibility
@@ -26,7 +26,7 @@ class FileResult:
     ref: TableRef
     family: str | None
     failures: list[E.ModperfError]
-    rows: int = 0
+    rows: int = 0  # rows of the file as stored (0 when it failed)
     points: int = 0
     buckets: int = 0
     natives: list[int] = field(default_factory=list)
@@ -45,7 +45,7 @@ class FileResult:
         out = cls(res.ref, res.family.name if res.family else None, list(res.failures), seconds=res.seconds)
         t = res.keyed
         if t is not None:
-            out.rows, out.points, out.buckets = t.rows_read, t.n_points, t.n_buckets
+            out.rows, out.points, out.buckets = t.rows_stored, t.n_points, t.n_buckets
             out.natives, out.models = t.natives, t.models
             out.duplicates_merged, out.alias_duplicate_points = t.duplicates_merged, t.alias_duplicate_points
             if t.agreement is not None:
@@ -75,6 +75,8 @@ class FamilySummary:
     title: str
     tier: str
     native_source: str
+    #: Some table of the family has a num_heads column (the tier describes its keying).
+    head_axis: bool = True
     files: int = 0
     files_failed: int = 0
     rows: int = 0
@@ -105,7 +107,8 @@ class FamilySummary:
     def to_dict(self) -> dict[str, Any]:
         return {
             "family": self.family, "title": self.title, "tier": self.tier, "native_source": self.native_source,
-            "files": self.files, "files_failed": self.files_failed, "rows": self.rows, "points": self.points,
+            "head_axis": self.head_axis, "files": self.files, "files_failed": self.files_failed, "rows": self.rows,
+            "points": self.points,
             "buckets": self.buckets, "natives": sorted(self.natives), "models": sorted(self.models),
             "duplicates_merged": self.duplicates_merged, "alias_duplicate_points": self.alias_duplicate_points,
             "failures": self.failures, "agreement": self.agreement,
@@ -117,7 +120,7 @@ class CheckReport:
     files: list[FileResult]
     families: dict[str, FamilySummary]
     problems: list[E.ModperfError]  # failures not tied to one table (catalog, reuse)
-    skipped: int  # tables found that are not head-bearing
+    skipped: int  # table files found that no family declares
     seconds: float
     quality: QualityReport | None = None
 
@@ -140,7 +143,7 @@ class CheckReport:
             "files_failed": sum(not fr.ok for fr in self.files),
             "rows": self.rows,
             "failures": len(self.failures),
-            "skipped_not_head_bearing": self.skipped,
+            "skipped_undeclared": self.skipped,
             "seconds": round(self.seconds, 3),
             "families": {k: v.to_dict() for k, v in self.families.items()},
             "problems": [p.to_dict() for p in self.problems],
@@ -161,7 +164,7 @@ def check(
     quality_examples: int = 10,
     scope: Scope | None = None,
 ) -> CheckReport:
-    """Load every head-bearing table under ``data_root`` (or the given files/folders) with
+    """Load every declared table under ``data_root`` (or the given files/folders) with
     every guard; with ``quality``, assess the loaded tables too. Raises only for usage errors
     (bad root, unknown table); data problems are in the report."""
     start = time.perf_counter()
@@ -170,9 +173,8 @@ def check(
     scope = scope or Scope.of(paths, data_root=data_root, table=table, model_configs=model_configs)
     selection = scope.select()
     families = {
-        name: FamilySummary(name, fam.title, fam.tier.value, fam.native_source.value)
+        name: FamilySummary(name, fam.title, fam.tier.value, fam.native_source.value, fam.has_head_axis)
         for name, fam in registry().items()
-        if fam.head_bearing or scope.paths
     }
     quality_report = None
     if quality is None:

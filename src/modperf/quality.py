@@ -356,7 +356,7 @@ def assess(
     on_progress: Callable[[int, int, Any], None] | None = None,
     scope: Scope | None = None,
 ) -> QualityReport:
-    """Quality findings for every head-bearing table file (or the given files/folders).
+    """Quality findings for every declared table file (or the given files/folders).
     Tables are loaded one (system, table) group at a time, so memory stays bounded.
     (``modperf check --quality`` assesses the tables its own load produced.)"""
     thresholds.validate()

@@ -44,6 +44,18 @@ class Agreement:
 
 
 @dataclass
+class BucketColumns:
+    """Per key column, each bucket's value as a code, and the values the codes stand for
+    (integer columns: sorted ascending)."""
+
+    codes: dict[str, np.ndarray]
+    values: dict[str, list[Any]]
+
+    def decoded(self, name: str) -> np.ndarray:
+        return np.asarray(self.values[name], dtype=object)[self.codes[name]]
+
+
+@dataclass
 class KeyedTable:
     """A validated table keyed by the head-axis convention."""
 
@@ -76,6 +88,8 @@ class KeyedTable:
     recorded_versions: tuple[str, ...] = ()
     #: Rows in the file as stored.
     rows_stored: int = -1
+    #: The bucket keys column by column, as codes (for vectorised work over buckets).
+    bucket_columns: BucketColumns | None = None
     _index: dict[tuple[Any, ...], int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -203,8 +217,11 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     first_rows = order[starts[bucket_starts]] if starts.size else np.array([], dtype=np.int64)
     bucket_keys: list[tuple[Any, ...]] = []
     decoded_cols: list[list[Any]] = []
-    for code_col, dec in zip(codes, decoders):
-        decoded_cols.append([dec[int(c)] for c in code_col[first_rows]])
+    column_codes: dict[str, np.ndarray] = {}
+    for name, code_col, dec in zip(key_names, codes, decoders):
+        bucket_code_col = code_col[first_rows]
+        column_codes[name] = bucket_code_col
+        decoded_cols.append(np.asarray(dec, dtype=object)[bucket_code_col].tolist() if len(dec) else [])
     bucket_keys = list(zip(*decoded_cols)) if decoded_cols else [()] * len(first_rows)
 
     if keys_native or family.tier is Tier.NATIVE:
@@ -235,6 +252,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         alias_duplicate_points=alias_points, agreement=agreement, missing_optional=vt.missing_optional,
         natives_seen=tuple(int(v) for v in unique_codes(vt.native[vt.native > 0])) if vt.native is not None else (),
         duplicate_spread=spread, recorded_versions=vt.recorded_versions, rows_stored=vt.stored_rows,
+        bucket_columns=BucketColumns(column_codes, dict(zip(key_names, decoders))),
     )
 
 

@@ -14,14 +14,13 @@ Row-level guards run in :mod:`modperf.conventions` during validation.
 
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from . import errors as E
 from .buckets import KeyedTable
-from .codes import combine, factorize
+from .codes import combine, factorize, unique_codes
 from .families.base import DuplicateSpread, Scaling, ShardedKey
 
 #: Duplicated keys below this count decide nothing about their spread.
@@ -49,6 +48,44 @@ def _point_bucket(keyed: KeyedTable) -> np.ndarray:
     return np.repeat(np.arange(keyed.n_buckets), np.diff(keyed.offsets))
 
 
+def _bucket_targets(keyed: KeyedTable, guard: Scaling) -> np.ndarray | None:
+    """Per bucket, the bucket its key moves to under the step's bucket-key columns (-1: none,
+    or the bucket is not a base); None when the table does not key the step's columns."""
+    names, cols = keyed.key_names, keyed.bucket_columns
+    assert cols is not None
+    nb = keyed.n_buckets
+    base = np.ones(nb, dtype=bool)
+    own_codes: list[np.ndarray] = []
+    target_codes: list[np.ndarray] = []
+    cards: list[int] = []
+    for name in names:
+        codes, values = cols.codes[name], cols.values[name]
+        card = max(len(values), 1)
+        step = guard.step.get(name)
+        target = codes
+        if isinstance(step, tuple):
+            if step[0] not in values or step[1] not in values:
+                return np.full(nb, -1, dtype=np.int64)  # the table does not measure both ends
+            base &= codes == values.index(step[0])
+            target = np.full(nb, values.index(step[1]), dtype=np.int64)
+        elif step is not None:
+            ints = np.asarray(values, dtype=np.int64)  # sorted ascending
+            moved = ints[codes] * step
+            target = np.minimum(np.searchsorted(ints, moved), card - 1)
+            base &= ints[target] == moved
+        if name in guard.at_least:
+            base &= np.asarray(values, dtype=np.int64)[codes] >= guard.at_least[name]
+        own_codes.append(codes)
+        target_codes.append(target)
+        cards.append(card)
+    both = combine([np.concatenate([o, t]) for o, t in zip(own_codes, target_codes)], cards, 2 * nb)
+    own, target = both[:nb], both[nb:]
+    order = np.argsort(own, kind="stable")
+    hit = np.minimum(np.searchsorted(own[order], target), max(nb - 1, 0))
+    found = base & (own[order][hit] == target) if nb else base
+    return np.where(found, order[hit], -1) if nb else np.zeros(0, dtype=np.int64)
+
+
 def scaling_ratios(keyed: KeyedTable, guard: Scaling) -> np.ndarray | None:
     """Latency ratios (stepped point / base point) over every pair of stored points whose keys
     differ by the guard's step; None when the table does not key the step's columns."""
@@ -56,27 +93,9 @@ def scaling_ratios(keyed: KeyedTable, guard: Scaling) -> np.ndarray | None:
     axes = keyed.spec.axes
     if not all(c in names or c in axes for c in guard.step):
         return None
-    position = {n: i for i, n in enumerate(names)}
-    # buckets: which are bases (the step's "from" values, at_least on bucket keys) and their target
-    target_bucket = np.full(keyed.n_buckets, -1, dtype=np.int64)
-    bucket_steps = {c: s for c, s in guard.step.items() if c in position}
-    for b, key in enumerate(keyed.bucket_keys):
-        if any(c in position and key[position[c]] < low for c, low in guard.at_least.items()):
-            continue
-        moved = list(key)
-        ok = True
-        for c, step in bucket_steps.items():
-            v = key[position[c]]
-            if isinstance(step, tuple):
-                ok = v == step[0]
-                moved[position[c]] = step[1]
-            else:
-                moved[position[c]] = v * step
-            if not ok:
-                break
-        if ok:
-            t = keyed.bucket_id(tuple(moved))
-            target_bucket[b] = -1 if t is None else t
+    target_bucket = _bucket_targets(keyed, guard)
+    if target_bucket is None:
+        return None
     point_bucket = _point_bucket(keyed)
     n = keyed.n_points
     base = (target_bucket[point_bucket] >= 0) & (keyed.latency > 0)
@@ -161,35 +180,38 @@ def _sharded_fingerprint(keyed: KeyedTable, guard: ShardedKey) -> E.ModperfError
     repeats the product column * by (E/ep * ep). Two models can share a product by coincidence
     (Llama-4 Maverick, 128 experts at ep 1, and Scout, 16 at ep 8), so a group is flagged only
     when repeated products explain more of its chains than repeated values do."""
-    names = keyed.key_names
-    if guard.column not in names or guard.by not in names:
+    names, cols = keyed.key_names, keyed.bucket_columns
+    if guard.column not in names or guard.by not in names or cols is None or not keyed.n_buckets:
         return None
-    ci, bi = names.index(guard.column), names.index(guard.by)
-    others_at = [i for i in range(len(names)) if i not in (ci, bi)]
-    rest_of = itemgetter(*others_at) if len(others_at) > 1 else (
-        (lambda key: (key[others_at[0]],)) if others_at else (lambda key: ()))
-    by_value: dict[tuple[Any, ...], set[Any]] = {}
-    by_product: dict[tuple[Any, ...], set[Any]] = {}
-    for key in keyed.bucket_keys:
-        rest, v, b = rest_of(key), key[ci], key[bi]
-        by_value.setdefault((rest, v), set()).add(b)
-        by_product.setdefault((rest, v * b), set()).add(b)
-    excess_value: dict[tuple[Any, ...], int] = {}
-    excess_product: dict[tuple[Any, ...], int] = {}
-    for (rest, _), sizes in by_value.items():
-        excess_value[rest] = excess_value.get(rest, 0) + len(sizes) - 1
-    for (rest, _), sizes in by_product.items():
-        excess_product[rest] = excess_product.get(rest, 0) + len(sizes) - 1
-    flagged = [rest for rest, e in excess_product.items() if e > excess_value.get(rest, 0)]
-    if not flagged:
+    nb = keyed.n_buckets
+    others = [c for c in names if c not in (guard.column, guard.by)]
+    rest = combine([cols.codes[c] for c in others], [max(len(cols.values[c]), 1) for c in others], nb) \
+        if others else np.zeros(nb, dtype=np.int64)
+    _, rest = factorize(rest)
+    n_rest = int(rest.max()) + 1
+    value = np.asarray(cols.values[guard.column], dtype=np.int64)[cols.codes[guard.column]]
+    by_code = cols.codes[guard.by].astype(np.int64)
+    by = np.asarray(cols.values[guard.by], dtype=np.int64)[by_code]
+    n_by = max(len(cols.values[guard.by]), 1)
+
+    def excess(key: np.ndarray) -> np.ndarray:
+        """Per group: over the distinct values of ``key``, the sizes of `by` beyond the first."""
+        _, k = factorize(key)
+        pair = rest * (int(k.max()) + 1) + k
+        pairs, sizes = np.unique(unique_codes(pair * n_by + by_code) // n_by, return_counts=True)
+        return np.bincount(pairs // (int(k.max()) + 1), weights=sizes - 1, minlength=n_rest)
+
+    flagged = np.flatnonzero(excess(value * by) > excess(value))
+    if not flagged.size:
         return None
-    others = [n for i, n in enumerate(names) if i not in (ci, bi)]
     examples = []
-    for rest in flagged[:3]:
-        chain = sorted((key[bi], key[ci]) for key in keyed.bucket_keys if rest_of(key) == rest)
-        examples.append({**dict(zip(others, rest)), f"{guard.by} -> {guard.column}": sorted(set(chain))[:8]})
+    for g in flagged[:3]:
+        members = np.flatnonzero(rest == g)
+        first = keyed.bucket_keys[int(members[0])]
+        chain = sorted({(int(by[m]), int(value[m])) for m in members})
+        examples.append({**{c: first[names.index(c)] for c in others}, f"{guard.by} -> {guard.column}": chain[:8]})
     return E.ConventionError(
-        f"{guard.column} looks per-rank: in {len(flagged)} key group(s), {guard.column} * {guard.by} repeats across "
+        f"{guard.column} looks per-rank: in {flagged.size} key group(s), {guard.column} * {guard.by} repeats across "
         f"{guard.by} sizes more often than {guard.column} does (each rank's slice); the declared global "
         f"{guard.column} stays put as {guard.by} varies",
-        file=keyed.ref.path, values={"groups": len(flagged), "examples": examples}, fix=guard.fix)
+        file=keyed.ref.path, values={"groups": int(flagged.size), "examples": examples}, fix=guard.fix)

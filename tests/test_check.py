@@ -154,3 +154,23 @@ def test_unknown_table_filter_is_a_usage_error():
         check(table="gemmm")
     assert info.value.exit_code == 2 and "'gemmm' is not a declared table" in str(info.value)
     assert "choose one of: " in info.value.fix and "moe_a2a" in info.value.fix
+
+
+def test_describe_family_lists_the_declarations() -> None:
+    from modperf.check import describe_family
+
+    a2a = describe_family("alltoall")
+    normal = next(t for t in a2a["tables"] if t["table"] == "wideep_deepep_normal")
+    assert normal["latency"] == {"column": "latency", "unit": "us"}
+    assert normal["renames"] == {"num_token": "num_tokens", "num_topk": "topk"}
+    assert normal["unpivot"]["phases"]["combine"] == {"latency": ["combine_transmit_us", "combine_notify_us"],
+                                                      "sms": ["combine_sms"]}
+    assert normal["derived"] == [{"column": "ep_size", "formula": "node_num * gpus_per_node of the system (the "
+                                  "collector ran every GPU of each node)", "keyed": True, "needs_system": True}]
+    moe = next(t for t in describe_family("moe")["tables"] if t["table"] == "moe")
+    assert {q["column"]: q["scope"] for q in moe["quantities"]} == {
+        "inter_size": "global", "num_experts": "global", "hidden_size": "global", "num_tokens": "global"}
+    assert [g["guard"] for g in moe["guards"]] == ["ShardedKey", "Scaling", "ShardedKey", "Scaling", "DuplicateSpread"]
+    assert moe["guards"][1]["step"] == {"moe_tp_size": 2} and moe["guards"][1]["high"] == 0.9
+    nccl = describe_family("collective")["tables"][0]
+    assert nccl["library"] == "nccl" and describe_family("collective")["work_model"] == "row roofline"

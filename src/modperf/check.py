@@ -7,8 +7,9 @@ checks (:mod:`modperf.quality`): every file is read and validated once.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,6 +200,21 @@ def check(
                        quality_report)
 
 
+def describe_guard(guard: Any) -> dict[str, Any]:
+    """A declared guard as plain data: its type and every field that is not code."""
+    out: dict[str, Any] = {"guard": type(guard).__name__}
+    for f in dataclasses.fields(guard):
+        value = getattr(guard, f.name)
+        if callable(value) or value is None:
+            continue
+        if isinstance(value, Mapping):
+            value = {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}
+        elif isinstance(value, tuple):
+            value = [list(v) if isinstance(v, tuple) else v for v in value]
+        out[f.name] = value
+    return out
+
+
 def describe_family(name: str) -> dict[str, Any]:
     """A family's declaration as plain data (for docs and ``--json``)."""
     fam = registry()[name]
@@ -207,13 +223,24 @@ def describe_family(name: str) -> dict[str, Any]:
         "tables": [
             {"table": s.name, "phase": s.phase, "categorical": list(s.categorical), "discrete": list(s.discrete),
              "axes": list(s.axes), "seq_axis": s.seq_axis, "optional": sorted(s.optional),
-             "zero_latency": s.zero_latency_note}
+             "head_axis": s.head_axis, "zero_latency": s.zero_latency_note,
+             "latency": {"column": s.latency.column, "unit": s.latency.unit}, "renames": dict(s.renames),
+             "unpivot": ({"key": s.unpivot.key, "phases": {p: {c: list(src) for c, src in cols.items()}
+                                                           for p, cols in s.unpivot.phases.items()}}
+                         if s.unpivot is not None else None),
+             "derived": [{"column": d.name, "formula": d.formula, "keyed": d.name in s.key_columns,
+                          "needs_system": d.needs_system} for d in s.derived],
+             "carried": list(s.carried), "library": s.library,
+             "quantities": [{"column": q.column, "scope": q.scope, "meaning": q.meaning, "beside": q.beside}
+                            for q in s.quantities],
+             "guards": [describe_guard(g) for g in s.guards]}
             for s in fam.tables
         ],
         "geometry": [f.name for f in fam.geometry],
         "requires_model": fam.requires_model, "requires_tp": fam.requires_tp, "stale_guard": fam.stale_guard,
+        "model_head_axis": fam.model_head_axis, "work_model": "row roofline" if fam.roof is not None else "attention",
         "rationale": fam.rationale,
     }
 
 
-__all__ = ["CheckReport", "FamilySummary", "FileResult", "check", "describe_family", "family_of"]
+__all__ = ["CheckReport", "FamilySummary", "FileResult", "check", "describe_family", "describe_guard", "family_of"]

@@ -174,12 +174,11 @@ def _duplicate_spread(keyed: KeyedTable, guard: DuplicateSpread) -> E.ModperfErr
         fix=guard.fix)
 
 
-def _sharded_fingerprint(keyed: KeyedTable, guard: ShardedKey) -> E.ModperfError | None:
-    """Inside a group of otherwise equal bucket keys, a model measured at several sizes of `by`
-    repeats its value of the column there (global: E at ep 1, 2, 4...), while a per-rank table
-    repeats the product column * by (E/ep * ep). Two models can share a product by coincidence
-    (Llama-4 Maverick, 128 experts at ep 1, and Scout, 16 at ep 8), so a group is flagged only
-    when repeated products explain more of its chains than repeated values do."""
+def sharded_chains(keyed: KeyedTable, guard: ShardedKey) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per group of otherwise equal bucket keys: the `by` sizes beyond the first at which a value
+    of the column repeats (chains the global convention explains), the same for the product
+    column * by (chains a per-rank table shows), and each bucket's group. None when the table
+    does not key both columns."""
     names, cols = keyed.key_names, keyed.bucket_columns
     if guard.column not in names or guard.by not in names or cols is None or not keyed.n_buckets:
         return None
@@ -195,15 +194,32 @@ def _sharded_fingerprint(keyed: KeyedTable, guard: ShardedKey) -> E.ModperfError
     n_by = max(len(cols.values[guard.by]), 1)
 
     def excess(key: np.ndarray) -> np.ndarray:
-        """Per group: over the distinct values of ``key``, the sizes of `by` beyond the first."""
         _, k = factorize(key)
         pair = rest * (int(k.max()) + 1) + k
         pairs, sizes = np.unique(unique_codes(pair * n_by + by_code) // n_by, return_counts=True)
         return np.bincount(pairs // (int(k.max()) + 1), weights=sizes - 1, minlength=n_rest)
 
-    flagged = np.flatnonzero(excess(value * by) > excess(value))
+    return excess(value), excess(value * by), rest
+
+
+def _sharded_fingerprint(keyed: KeyedTable, guard: ShardedKey) -> E.ModperfError | None:
+    """Inside a group of otherwise equal bucket keys, a model measured at several sizes of `by`
+    repeats its value of the column there (global: E at ep 1, 2, 4...), while a per-rank table
+    repeats the product column * by (E/ep * ep). Two models can share a product by coincidence
+    (Llama-4 Maverick, 128 experts at ep 1, and Scout, 16 at ep 8), so a group is flagged only
+    when repeated products explain more of its chains than repeated values do."""
+    chains = sharded_chains(keyed, guard)
+    if chains is None:
+        return None
+    by_value, by_product, rest = chains
+    flagged = np.flatnonzero(by_product > by_value)
     if not flagged.size:
         return None
+    names, cols = keyed.key_names, keyed.bucket_columns
+    assert cols is not None
+    others = [c for c in names if c not in (guard.column, guard.by)]
+    value = np.asarray(cols.values[guard.column], dtype=np.int64)[cols.codes[guard.column]]
+    by = np.asarray(cols.values[guard.by], dtype=np.int64)[cols.codes[guard.by]]
     examples = []
     for g in flagged[:3]:
         members = np.flatnonzero(rest == g)

@@ -23,10 +23,8 @@ from . import errors as E
 from .catalog import TableRef
 from .codes import combine, factorize, from_numpy, to_numpy
 from .families.base import (
-    GLOBAL,
     LATENCY,
     NATIVE_VALUE,
-    PER_RANK,
     UNIT_DIVISOR,
     ArchitectureFields,
     Ceiling,
@@ -46,10 +44,7 @@ from .roofline import GpuSpec, gpu_spec
 #: The validator's collector: add(error class, message, rows=..., values=..., fix=...).
 Report = Callable[..., None]
 
-#: Duplicate keys below this count decide nothing about their spread.
-MIN_DUPLICATE_KEYS = 8
-
-__all__ = ["GLOBAL", "NATIVE_VALUE", "PER_RANK", "as_declared", "check_declared", "system_of"]
+__all__ = ["Typed", "as_declared", "check_declared", "system_of"]
 
 
 def system_of(ref: TableRef) -> GpuSpec | None:
@@ -301,7 +296,7 @@ def _duplicates_within(add: Report, typed: Typed, guard: DuplicateSpread) -> Non
     dup = np.flatnonzero(sizes > 1)
     lo, hi = lat[starts[dup]], lat[starts[dup] + sizes[dup] - 1]
     usable = lo > 0
-    if int(usable.sum()) < MIN_DUPLICATE_KEYS:
+    if int(usable.sum()) < guard.min_keys:
         return
     spread = hi[usable] / lo[usable] - 1.0
     median = float(np.median(spread))

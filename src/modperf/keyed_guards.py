@@ -23,9 +23,6 @@ from .buckets import KeyedTable
 from .codes import combine, factorize, unique_codes
 from .families.base import DuplicateSpread, Scaling, ShardedKey
 
-#: Duplicated keys below this count decide nothing about their spread.
-MIN_DUPLICATE_KEYS = 8
-
 
 def check_points(keyed: KeyedTable) -> list[E.ModperfError]:
     """Every point guard the table declares; the failures (empty when clean)."""
@@ -157,7 +154,7 @@ def _duplicate_spread(keyed: KeyedTable, guard: DuplicateSpread) -> E.ModperfErr
         return None
     spread = keyed.duplicate_spread
     measured = np.flatnonzero(np.isfinite(spread))
-    if measured.size < MIN_DUPLICATE_KEYS:
+    if measured.size < guard.min_keys:
         return None
     median = float(np.median(spread[measured]))
     if median <= guard.limit:

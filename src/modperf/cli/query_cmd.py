@@ -65,10 +65,11 @@ def print_answer(answer: dict[str, Any]) -> None:
     grid.add_column(overflow="fold")
     f = answer["fields"]
     grid.add_row("slot", f"{answer['system']}/{answer['backend']}/{answer['version']}/{answer['table']}")
-    heads = f"local {answer['local']}"
-    if answer["native"] is not None:
-        heads = f"native {answer['native']}, " + heads
-    grid.add_row("heads", heads + f" (measured locals used: {', '.join(map(str, answer['locals_used']))})")
+    if answer["local"] >= 0:  # tables without a head axis (GEMM, MoE, communication, ...) have none
+        heads = f"local {answer['local']}"
+        if answer["native"] is not None:
+            heads = f"native {answer['native']}, " + heads
+        grid.add_row("heads", heads + f" (measured locals used: {', '.join(map(str, answer['locals_used']))})")
     key = {k: v for k, v in f.items() if k not in ("table", "system", "backend", "version")}
     grid.add_row("key", ", ".join(f"{k}={v}" for k, v in key.items()))
     grid.add_row("models", ", ".join(answer["models"]) or "-")

@@ -204,6 +204,8 @@ class DuplicateSpread:
     fix: str
     limit: float = 0.25
     within: str | None = None
+    #: Fewer duplicated keys than this decide nothing about their spread.
+    min_keys: int = 8
 
 
 @dataclass(frozen=True)

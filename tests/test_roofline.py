@@ -76,3 +76,50 @@ def test_context_attention_grows_faster_than_linear_in_isl() -> None:
     key = {"head_dim": 128, "num_key_value_heads": 8, "kv_cache_dtype": "bfloat16", "attn_dtype": "bfloat16"}
     work = registry()["gqa"].work_model("context_attention", "context", key, {}, H200)
     assert work.seconds(1, 16384, 0, 32) / work.seconds(1, 8192, 0, 32) == pytest.approx(4.0, rel=1e-3)
+
+
+def test_node_specs_come_from_the_system_yaml() -> None:
+    # systems/h200_sxm.yaml node: 8 GPUs, NVLink 450 GB/s and 50 GB/s to other nodes, 10 us hops
+    assert (H200.gpus_per_node, H200.intra_node_bw, H200.inter_node_bw, H200.p2p_latency) == (8, 450e9, 50e9, 1e-5)
+    assert gpu_spec("gb200").gpus_per_node == 4  # two Grace CPUs with two GPUs each
+    assert H200.link_bw(8) == 450e9 and H200.link_bw(16) == 50e9
+    assert gpu_spec("a100_sxm").peak("int8_wo") == 624e12  # int8 units: twice the bf16 rate on A100
+
+
+def axis_seconds(family: str, table: str, key: dict, values: tuple) -> float:
+    work = registry()[family].work_model(table, "kernel", key, {}, H200)
+    assert isinstance(work, AxisWork)
+    return float(work.shape_seconds(values))
+
+
+def test_allreduce_roofline_is_ring_bytes_over_the_link_plus_a_hop() -> None:
+    key = {"op_name": "all_reduce", "allreduce_dtype": "bfloat16", "num_gpus": 8}
+    m = float(1 << 28)
+    expected = 2 * 7 / 8 * m * 2.0 / 450e9 + 1e-5
+    assert axis_seconds("custom_allreduce", "custom_allreduce", key, (m,)) == pytest.approx(expected, rel=1e-12)
+    gather = {"op_name": "all_gather", "nccl_dtype": "int8", "num_gpus": 4}
+    assert axis_seconds("collective", "nccl", gather, (m,)) == pytest.approx(3 / 4 * m / 450e9 + 1e-5, rel=1e-12)
+
+
+def test_moe_roofline_is_the_rank_s_share_of_the_routed_pairs() -> None:
+    key = {"kernel_source": "moe_torch_flow", "moe_dtype": "bfloat16", "hidden_size": 7168, "inter_size": 2048,
+           "topk": 8, "num_experts": 256, "moe_tp_size": 8, "moe_ep_size": 2}
+    tokens = 65536.0
+    pairs = tokens * 8 / 2
+    flops = 2 * 3 * pairs * 7168 * (2048 / 8)
+    assert axis_seconds("moe", "moe", key, (tokens,)) == pytest.approx(flops / 989e12, rel=1e-12)  # compute-bound
+    # one token: bound by reading the 8 experts it touches (bf16 weights of gate, up and down)
+    one = axis_seconds("moe", "moe", key, (1.0,))
+    weights = 4 * 3 * 7168 * (2048 / 8) * 2.0
+    assert one == pytest.approx((weights + 4 * (2 * 7168 + 3 * 256) * 2.0) / 4.8e12, rel=1e-12)
+    # dsv4_megamoe_module counts per-rank tokens: the group's are ep times more
+    mega = axis_seconds("moe", "dsv4_megamoe_module", {**key, "moe_ep_size": 8}, (tokens / 8,))
+    assert mega == pytest.approx(axis_seconds("moe", "moe", {**key, "moe_ep_size": 8}, (tokens,)), rel=1e-12)
+
+
+def test_alltoall_roofline_sends_each_token_to_its_distinct_ranks() -> None:
+    key = {"phase": "combine", "comm_dtype": "fp8", "ep_size": 8, "topk": 8, "hidden_size": 7168}
+    tokens = 4096.0
+    ranks = 8 * (1 - (7 / 8) ** 8)
+    expected = tokens * ranks * 7 / 8 * 7168 * 2.0 / 450e9 + 1e-5  # the combine returns bf16
+    assert axis_seconds("alltoall", "moe_a2a", key, (tokens, 20.0)) == pytest.approx(expected, rel=1e-12)

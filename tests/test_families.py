@@ -36,6 +36,27 @@ def query(db: modperf.Database, slot: tuple[str, str, str, str], **fields):
     return db.query(table=table, system=system, backend=backend, version=version, **fields)
 
 
+def between_neighbours(db: modperf.Database, slot: tuple[str, str, str, str], fields: dict, axis: str) -> None:
+    """A point halfway between two stored neighbours along ``axis`` (the first pair of the group
+    whose values are at least 2 apart and whose latencies differ) is interpolated, strictly
+    between their stored latencies (exact answers, which equal the file's values)."""
+    keyed = db.table(*slot)
+    grid = db.queries.grid({"table": slot[3], "system": slot[0], "backend": slot[1], "version": slot[2], **fields})
+    values = [int(v) for v in grid.values[list(grid.axes).index(axis)]]
+    for lo, hi in zip(values, values[1:]):
+        if hi - lo < 2:
+            continue
+        a = query(db, slot, **fields, **{axis: lo})
+        b = query(db, slot, **fields, **{axis: hi})
+        if a.kind != "exact" or b.kind != "exact" or a.latency_ms == b.latency_ms:
+            continue
+        mid = query(db, slot, **fields, **{axis: (lo + hi) // 2})
+        assert mid.kind == "interpolated", (keyed.ref.label, axis, lo, hi)
+        assert min(a.latency_ms, b.latency_ms) < mid.latency_ms < max(a.latency_ms, b.latency_ms)
+        return
+    raise AssertionError(f"no pair of stored neighbours along {axis} in {keyed.ref.label}")
+
+
 def roofline_ratio(db: modperf.Database, slot: tuple[str, str, str, str], key: dict, axis: str, at: float,
                    edge: float) -> float:
     """R(at) / R(edge) along one axis from the family's own work model, computed here."""
@@ -171,6 +192,7 @@ def test_moe_a2a_microseconds_become_milliseconds(db: modperf.Database) -> None:
                              "node_num", "hidden_size", "topk", "num_experts", "num_tokens", "sms")}
     answer = query(db, MOE_A2A, **key)
     assert answer.kind == "exact" and answer.latency_ms == r["latency"] / 1000.0
+    between_neighbours(db, MOE_A2A, {k: v for k, v in key.items() if k != "num_tokens"}, "num_tokens")
 
 
 def test_moe_a2a_stored_in_milliseconds_is_rejected(db, models, tmp_path: Path) -> None:
@@ -219,6 +241,8 @@ def test_trtllm_alltoall_with_group_tokens_is_rejected(db, models, tmp_path: Pat
     key = {k: r[k] for k in ("op_name", "kernel_source", "moe_dtype", "distribution", "hidden_size", "topk",
                              "num_experts", "num_tokens")}
     assert query(db, TRTLLM_A2A, **key, ep_size=r["moe_ep_size"]).latency_ms == r["latency"]
+    between_neighbours(db, TRTLLM_A2A, {k: v for k, v in key.items() if k != "num_tokens"} | {
+        "ep_size": r["moe_ep_size"]}, "num_tokens")
     ref = variant(db, tmp_path, TRTLLM_A2A,
                   lambda t: set_col(t, "num_tokens", column(t, "num_tokens") * column(t, "moe_ep_size")))
     f = only(rejected(ref, models), E.ConventionError)
@@ -262,6 +286,7 @@ def test_nccl_queries_by_release(db: modperf.Database) -> None:
     answer = query(db, NCCL, **key)
     assert answer.kind == "exact" and answer.latency_ms == stored_latency(db.ref(*NCCL).path, key)
     assert (answer.backend, answer.version) == ("nccl", "2.29.2")
+    between_neighbours(db, NCCL, {k: v for k, v in key.items() if k != "message_size"}, "message_size")
 
 
 def test_nccl_with_per_rank_all_gather_is_rejected(db, models, tmp_path: Path) -> None:
@@ -374,6 +399,7 @@ def test_kda_local_heads(db, models, tmp_path: Path) -> None:
     key = {k: r[k] for k in ("op_name", "kernel_source", "phase", "num_k_heads", "head_k_dim", "num_v_heads",
                              "head_v_dim", "d_conv", "batch_size", "seq_len")}
     assert query(db, KDA, **key).latency_ms == stored_latency(path, key)
+    between_neighbours(db, KDA, {k: v for k, v in key.items() if k != "batch_size"}, "batch_size")
     ref = variant(db, tmp_path, KDA, _heads_native(models, ("linear_attn_config.num_heads",) * 2))
     only(rejected(ref, models), E.DuplicateSpreadError)
 
@@ -397,6 +423,7 @@ def test_mhc_hidden_is_the_full_residual(db, models, tmp_path: Path) -> None:
     key = {k: r[k] for k in ("op_name", "kernel_source", "hidden_size", "hc_mult", "num_sites", "sinkhorn_iters",
                              "num_tokens")}
     assert query(db, MHC, **key).latency_ms == r["latency"]
+    between_neighbours(db, MHC, {k: v for k, v in key.items() if k != "num_tokens"}, "num_tokens")
     ref = variant(db, tmp_path, MHC, lambda t: set_col(t, "hidden_size", column(t, "hidden_size") // 2))
     f = only(rejected(ref, models), E.InvariantError)
     assert "hidden_size, hc_mult, sinkhorn_iters match no model config of the row's architecture" in str(f)
@@ -409,6 +436,7 @@ def test_encoder_attention_local_heads(db, models, tmp_path: Path) -> None:
     exact = query(db, ENCODER, **key, num_heads=16, isl=4096)
     assert exact.kind == "exact" and exact.latency_ms == stored_latency(path, {**key, "num_heads": 16, "isl": 4096})
     assert exact.fields["num_heads"] == 16
+    between_neighbours(db, ENCODER, {**key, "num_heads": 16}, "isl")
     ref = variant(db, tmp_path, ENCODER, lambda t: set_col(t, "num_heads", np.full(t.num_rows, 16)))
     f = only(rejected(ref, models), E.DuplicateSpreadError)
     assert f.values["median_spread"] > 1
@@ -420,6 +448,9 @@ def test_mlp_latency_column_is_avg_ms(db, models, tmp_path: Path) -> None:
     answer = query(db, MLP, op_name=r["op_name"], kernel_source=r["kernel_source"], quant_type=r["quant_type"],
                    hidden_size=r["hidden_size"], intermediate_size=r["intermediate_size"], num_tokens=r["num_token"])
     assert answer.kind == "exact" and answer.latency_ms == r["avg_ms"]
+    between_neighbours(db, MLP, dict(op_name=r["op_name"], kernel_source=r["kernel_source"], quant_type=r["quant_type"],
+                                     hidden_size=r["hidden_size"], intermediate_size=r["intermediate_size"]),
+                       "num_tokens")
     ref = variant(db, tmp_path, MLP, lambda t: set_col(t, "intermediate_size", column(t, "intermediate_size") * 8))
     f = only(rejected(ref, models), E.BeyondRooflineError)
     assert f.fix == "store the intermediate size one rank multiplied"

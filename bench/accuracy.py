@@ -20,8 +20,8 @@ ragged-grid fill, blend and extrapolation rules), query the point (``Grid.lookup
 
 Points at the small end of an axis (batch 1, the smallest isl) are neither. Latencies of 0 ms
 (sparse top-k no-ops) are skipped: a relative error is undefined there. OVERALL and the
-context / generation lines count head-bearing tables only; GEMM tables (no head axis; model
-estimates add GQA projections from them) are reported on their own line. The sample is drawn
+context / generation lines count the tables with the model's head axis (attention) only; the
+other families' tables (GEMMs, MoE, communication, ...) are reported on their own lines. The sample is drawn
 per table (the same number from each), so every table weighs the same.
 
     python bench/accuracy.py                     # h200_sxm: 200 interior, 60 off-lattice, 60 frontier per table
@@ -89,7 +89,7 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
     plane: dict[str, list[float]] = defaultdict(list)
     front: dict[str, list[float]] = defaultdict(list)
     refused: dict[str, int] = defaultdict(int)
-    rows_out = []  # (label, family/phase, head-bearing, interior errs, off-lattice errs, frontier errs)
+    rows_out = []  # (label, family/phase, model head axis, interior errs, off-lattice errs, frontier errs)
     started = time.perf_counter()
     refs = [r for r in db.catalog.select(physical=False) if family_of(r.table) is not None
             and (systems is None or r.system in systems)]
@@ -167,7 +167,7 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
                 continue
             builds += 1
             record(predict(b, p, p), measured, "frontier", front, t_fr)
-        rows_out.append((ref.label, key, family.head_bearing, t_in, t_pl, t_fr))
+        rows_out.append((ref.label, key, family.model_head_axis, t_in, t_pl, t_fr))
     seconds = time.perf_counter() - started
 
     def stats(errs: list[float]) -> str:
@@ -183,7 +183,7 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
         return (f"{e.size:>6d} {100 * np.median(np.abs(e)):7.2f}% {100 * np.median(e):+8.2f}% "
                 f"{100 * np.mean(e):+8.2f}%")
 
-    head_bearing = {k: hb for _, k, hb, *_ in rows_out}
+    attention = {k: hb for _, k, hb, *_ in rows_out}
     label = ",".join(systems) if systems else "all systems"
     print(f"leave-one-out on {label}: up to {per_table} interior ({off_lattice} of them also off-lattice) and "
           f"{frontier} frontier points per table (seed {seed}), {len(rows_out)} tables, {builds} grid builds, "
@@ -196,16 +196,16 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
         print(f"{k:24s} {stats(inner[k]):>28s} | {stats(plane[k]):>31s} | {signed(front[k]):>38s}")
 
     def pool(d: dict[str, list[float]], where) -> list[float]:  # noqa: ANN001
-        return [e for k, v in d.items() if head_bearing.get(k, True) and where(k) for e in v]
+        return [e for k, v in d.items() if attention.get(k, True) and where(k) for e in v]
 
     print()
     for name, where in (("context tables", lambda k: k.endswith("/context")),
                         ("generation + kernel tables", lambda k: not k.endswith("/context")),
-                        ("OVERALL (head-bearing)", lambda k: True)):
+                        ("OVERALL (model head axis)", lambda k: True)):
         print(f"{name:24s} {stats(pool(inner, where)):>28s} | {stats(pool(plane, where)):>31s} | "
               f"{signed(pool(front, where)):>38s}")
-    gemm = [k for k in keys if not head_bearing.get(k, True)]
-    for k in gemm:
+    others = [k for k in keys if not attention.get(k, True)]
+    for k in others:
         print(f"{k + ' (not in OVERALL)':24s} {stats(inner[k]):>28s} | {stats(plane[k]):>31s}")
     if refused:
         print("refused (beyond the extrapolation limit once the points are dropped): "
@@ -230,7 +230,7 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
     ranked = sorted((r for r in rows_out if r[3]), key=lambda r: -np.percentile(np.abs(r[3]), 90))
     print("\nworst tables by interior p90:\n" + header)
     for lbl, _, hb, t_in, t_pl, t_fr in ranked[:8]:
-        print(table_row(lbl + ("" if hb else " (gemm)"), t_in, t_pl, t_fr))
+        print(table_row(lbl + ("" if hb else " (not in OVERALL)"), t_in, t_pl, t_fr))
     if show_tables:
         print("\nevery table:\n" + header)
         for lbl, _, hb, t_in, t_pl, t_fr in rows_out:

@@ -16,9 +16,14 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -305,3 +310,52 @@ def kill_campaign(server: CrashServer, op: str, args: dict, folder: Path, old: d
         stats["debris_after_next_run"] += len(left)
         assert not left, f"debris after the next run: {left}"
     return stats
+
+
+# --- real tables, read or rewritten ----------------------------------------------------------
+
+
+def variant(db: Any, tmp_path: Path, slot: tuple[str, str, str, str], mutate: Callable[[pa.Table], pa.Table]) -> Any:
+    """A mutated copy of a real table, written in the standard layout under tmp_path."""
+    from modperf.catalog import refs_for_paths
+
+    ref = db.ref(*slot)
+    table = mutate(pq.read_table(ref.path))
+    out = tmp_path / ref.system / ref.family_dir / ref.backend / ref.version / ref.path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out)
+    return refs_for_paths([out])[0]
+
+
+def set_col(table: pa.Table, name: str, values: Any) -> pa.Table:
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, name, pa.array(values) if not isinstance(values, pa.Array) else values)
+
+
+def patched(table: pa.Table, name: str, rows: dict[int, object]) -> pa.Table:
+    values = table.column(name).to_pylist()
+    for r, v in rows.items():
+        values[r] = v
+    return set_col(table, name, pa.array(values, type=table.schema.field(name).type))
+
+
+def stored_rows(path: Path, where: Mapping[str, Any]) -> pa.Table:
+    """The rows of a table file whose columns equal ``where``, read with pyarrow alone."""
+    table = pq.read_table(path)
+    mask = None
+    for col, value in where.items():
+        m = pc.equal(table.column(col), value)
+        mask = m if mask is None else pc.and_(mask, m)
+    return table.filter(mask) if mask is not None else table
+
+
+def stored_latency(path: Path, where: Mapping[str, Any], column: str = "latency") -> float:
+    """The latency the file stores at ``where``: the lower median where rows repeat the key
+    (the loader's duplicate rule), the value itself where they do not."""
+    values = sorted(stored_rows(path, where).column(column).to_pylist())
+    assert values, f"no stored row at {dict(where)}"
+    return values[(len(values) - 1) // 2]
+
+
+def column(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_pylist())

@@ -6,7 +6,7 @@ import pytest
 
 from modperf import errors as E
 from modperf.catalog import Catalog, embedded_data_root, refs_for_paths, resolve_data_root, sidecar_problems
-from modperf.families import head_bearing_tables
+from modperf.families import declared_tables, model_head_axis_tables
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +26,11 @@ def test_embedded_root_is_found_without_importing_the_data_package():
 def test_corpus_inventory(catalog: Catalog):
     assert embedded_data_root().name == "data"
     assert len(catalog.files) == 736
-    heads = catalog.select(tables=head_bearing_tables())
+    heads = catalog.select(tables=model_head_axis_tables())
     assert len(heads) == 363
+    # every table file the corpus ships has a family declaration (45 stems)
+    assert len(catalog.select(tables=declared_tables())) == 736
+    assert {r.table for r in catalog.files} == set(declared_tables())
     # 14 system folders, 10 of which hold tables
     assert {r.system for r in catalog.files} == {
         "a100_sxm", "b200_sxm", "b300_sxm", "b60", "gb200", "gb300", "h100_sxm", "h200_sxm", "l40s",

@@ -154,7 +154,7 @@ def test_diff_gb300_vllm_0_24_to_0_27() -> None:
     # same cells for DeepSeek-V3, a few grid points fewer in 0.27.0
     assert s.natives[128]["points_before"][8] == 1098 and s.natives[128]["points_after"][8] == 1084
     assert s.locals_gained == [12, 24, 48, 96]
-    with pytest.raises(E.OptionValueError, match="no head-bearing table of version"):
+    with pytest.raises(E.OptionValueError, match="no table with the model's head axis of version"):
         coverage_diff("0.24.0", "9.9.9", system="gb300")
 
 

@@ -12,7 +12,7 @@ from modperf.inventory import list_tables
 
 def test_one_slot_lists_rows_and_head_pairs() -> None:
     (entry,) = list_tables(system="h200_sxm", backend="sglang", version="0.5.14", table="context_mla")
-    assert entry["family"] == "mla_kernel" and entry["head_bearing"]
+    assert entry["family"] == "mla_kernel" and entry["model_head_axis"]
     assert entry["rows"] == pq.read_metadata(entry["path"]).num_rows == 1760
     # the 64-native chain (tp 1..64) and DeepSeek-V3's 128 heads at tp 1, as stored
     assert entry["head_pairs"] == ["1x64", "2x32", "4x16", "8x8", "16x4", "32x2", "64x1", "128x1"]
@@ -31,9 +31,12 @@ def test_reuse_and_shadowed_files_are_both_listed() -> None:
     assert [(e["reused_from"], e["shadowed_by_reuse"]) for e in entries] == [("0.24.0", False), (None, True)]
 
 
-def test_tables_without_heads_are_not_head_bearing() -> None:
+def test_tables_without_the_model_head_axis_are_marked() -> None:
     (entry,) = list_tables(system="h200_sxm", backend="sglang", version="0.5.14", table="gemm")
-    assert entry["family"] == "gemm" and entry["head_bearing"] is False
+    assert entry["family"] == "gemm" and entry["model_head_axis"] is False
+    # vision-encoder heads are a head axis, but not the model's attention heads
+    (vit,) = list_tables(system="h200_sxm", backend="sglang", version="0.5.14", table="encoder_attention")
+    assert vit["family"] == "encoder_attention" and vit["model_head_axis"] is False and vit["has_num_heads"]
     assert entry["rows"] == 101010 and entry["has_num_heads"] is False
 
 

@@ -144,3 +144,33 @@ def test_thresholds_are_validated() -> None:
             bad.validate()
     assert Thresholds().to_dict() == {"monotone_tolerance": 0.25, "spike_factor": 3.0, "cross_factor": 10.0,
                                       "min_delta_ms": 0.01}
+
+
+def test_provenance_notes_undeclared_copies_and_version_columns() -> None:
+    """Framework all-reduce tables copied verbatim into other folders load clean (their rows are
+    real measurements) and --quality says where they came from."""
+    report = assess(table="custom_allreduce", examples=0)
+    copies = {f.ref.label: n["identical_to"] for f in report.files for n in f.provenance if n["kind"] == "copy_of"}
+    assert copies["h200_sxm/comm/sglang/0.5.6.post2/custom_allreduce"] == [
+        "h200_sxm/comm/trtllm/1.2.0rc5/custom_allreduce"]
+    assert copies["l40s/comm/vllm/0.22.0/custom_allreduce"] == ["l40s/comm/vllm/0.14.0/custom_allreduce"]
+    assert sorted(copies) == sorted(f"{s}/comm/{v}/custom_allreduce" for s, v in [
+        ("h100_sxm", "sglang/0.5.6.post2"), ("h100_sxm", "trtllm/1.2.0rc5"), ("h200_sxm", "sglang/0.5.6.post2"),
+        ("h200_sxm", "trtllm/1.2.0rc5"), ("l40s", "sglang/0.5.9"), ("l40s", "trtllm/1.0.0"),
+        ("l40s", "trtllm/1.3.0rc15"), ("l40s", "trtllm/1.3.0rc20"), ("l40s", "vllm/0.14.0"), ("l40s", "vllm/0.22.0")])
+    recorded = {f.ref.label: n["recorded"] for f in report.files for n in f.provenance if n["kind"] == "version_column"}
+    assert recorded["l40s/comm/trtllm/1.3.0rc20/custom_allreduce"] == ["1.0.0"]
+    assert report.totals()["provenance"] == {"copy_of": 10, "version_column": 10}
+
+
+def test_nccl_folders_are_releases_and_the_column_is_provenance() -> None:
+    report = assess(table="nccl", examples=0)
+    notes = {f.ref.label: n for f in report.files for n in f.provenance}
+    assert sorted(notes) == [f"{s}/comm/nccl/{v}/nccl" for s, v in [
+        ("b200_sxm", "2.27.3"), ("b300_sxm", "2.27"), ("gb200", "2.23"), ("gb300", "2.27"), ("h100_sxm", "2.27.3"),
+        ("h200_sxm", "2.26.2")]]
+    assert all(n == {"kind": "version_column", "folder": n["folder"], "recorded": ["2.29.2"]} for n in notes.values())
+    # the NCCL table filed in a framework folder is not assessed: it failed to load (misplaced)
+    (misplaced,) = [f for f in report.files if f.failures]
+    assert misplaced.ref.label == "b300_sxm/comm/trtllm/1.3.0rc10/nccl"
+    assert [x.kind for x in misplaced.failures] == ["misplaced_table"]

@@ -19,33 +19,11 @@ from modperf import errors as E
 from modperf.catalog import TableRef, refs_for_paths
 from modperf.loader import load_one
 from modperf.models import ModelRegistry
+from tests.helpers import patched, set_col, variant
 
 MLA_MODULE = ("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module")  # DeepSeek-V3, tp=1 sweep
 DSV4_GEN = ("h200_sxm", "sglang", "0.5.14", "dsv4_csa_generation_module")  # Flash-FP8 + Pro-FP8 tp chains
 GLM5_TOPK = ("h200_sxm", "sglang", "0.5.14", "glm5_topk_module")  # native-keyed, zero latencies by contract
-
-
-def variant(db, tmp_path: Path, slot: tuple[str, str, str, str],
-            mutate: Callable[[pa.Table], pa.Table]) -> TableRef:
-    """A mutated copy of a real table, written in the standard layout under tmp_path."""
-    ref = db.ref(*slot)
-    table = mutate(pq.read_table(ref.path))
-    out = tmp_path / ref.system / ref.family_dir / ref.backend / ref.version / ref.path.name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, out)
-    return refs_for_paths([out])[0]
-
-
-def set_col(table: pa.Table, name: str, values) -> pa.Table:
-    i = table.schema.get_field_index(name)
-    return table.set_column(i, name, pa.array(values) if not isinstance(values, pa.Array) else values)
-
-
-def patched(table: pa.Table, name: str, rows: dict[int, object]) -> pa.Table:
-    values = table.column(name).to_pylist()
-    for r, v in rows.items():
-        values[r] = v
-    return set_col(table, name, pa.array(values, type=table.schema.field(name).type))
 
 
 def failures(ref: TableRef, models: ModelRegistry) -> list[E.ModperfError]:

@@ -5,7 +5,7 @@ how its head axis is keyed; native head counts come from HF configs; loaders fai
 
     db = modperf.open()                       # the embedded corpus (or open(data_root=...))
     db.query(table=..., system=..., ...)      # one latency with its provenance
-    modperf.check()                           # every head-bearing table, every guard
+    modperf.check()                           # every declared table, every guard
 
 The heavier tools live in their modules, imported on use: ``modperf.estimate.estimate``,
 ``modperf.migrate.migrate``, ``modperf.writer.open_writer``, ``modperf.dedupe.dedupe``,

@@ -44,6 +44,18 @@ class Agreement:
 
 
 @dataclass
+class BucketColumns:
+    """Per key column, each bucket's value as a code, and the values the codes stand for
+    (integer columns: sorted ascending)."""
+
+    codes: dict[str, np.ndarray]
+    values: dict[str, list[Any]]
+
+    def decoded(self, name: str) -> np.ndarray:
+        return np.asarray(self.values[name], dtype=object)[self.codes[name]]
+
+
+@dataclass
 class KeyedTable:
     """A validated table keyed by the head-axis convention."""
 
@@ -61,7 +73,7 @@ class KeyedTable:
     bucket_local: np.ndarray  # per bucket
     model_native: dict[str, int]  # model -> native (from its config)
     model_geometry: dict[str, tuple[tuple[str, Any], ...]]
-    rows_read: int
+    rows_read: int  # rows keyed: one per phase where the family unpivots stored rows
     duplicates_merged: int  # rows removed by the duplicate rule
     alias_duplicate_points: int  # points measured under more than one model name
     agreement: Agreement | None = None
@@ -69,6 +81,15 @@ class KeyedTable:
     #: Every native head count the rows stand for (from configs, or num_heads * tp_size in
     #: local-only tables that record tp), whether or not the buckets key it.
     natives_seen: tuple[int, ...] = ()
+    #: Per point, the relative spread (max / min - 1) of the duplicate rows merged into it; NaN
+    #: for a point measured once. None when the table has no duplicates.
+    duplicate_spread: np.ndarray | None = None
+    #: Distinct values of the table's ``version`` column (provenance: what the rows say ran).
+    recorded_versions: tuple[str, ...] = ()
+    #: Rows in the file as stored.
+    rows_stored: int = -1
+    #: The bucket keys column by column, as codes (for vectorised work over buckets).
+    bucket_columns: BucketColumns | None = None
     _index: dict[tuple[Any, ...], int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -169,6 +190,11 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     pick = starts + (sizes - 1) // 2  # lower median: latencies are ascending inside a group
     point_bucket = b_sorted[starts]
     point_latency = lat_sorted[pick]
+    spread = None
+    if (sizes > 1).any():
+        lo, hi = lat_sorted[starts], lat_sorted[starts + sizes - 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            spread = np.where((sizes > 1) & (lo > 0), hi / lo - 1.0, np.nan)
     point_axes = {name: a[starts] for name, a in zip(spec.axes, ax_sorted)}
 
     # alias duplicates: points measured under more than one model name
@@ -191,8 +217,11 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     first_rows = order[starts[bucket_starts]] if starts.size else np.array([], dtype=np.int64)
     bucket_keys: list[tuple[Any, ...]] = []
     decoded_cols: list[list[Any]] = []
-    for code_col, dec in zip(codes, decoders):
-        decoded_cols.append([dec[int(c)] for c in code_col[first_rows]])
+    column_codes: dict[str, np.ndarray] = {}
+    for name, code_col, dec in zip(key_names, codes, decoders):
+        bucket_code_col = code_col[first_rows]
+        column_codes[name] = bucket_code_col
+        decoded_cols.append(np.asarray(dec, dtype=object)[bucket_code_col].tolist() if len(dec) else [])
     bucket_keys = list(zip(*decoded_cols)) if decoded_cols else [()] * len(first_rows)
 
     if keys_native or family.tier is Tier.NATIVE:
@@ -222,6 +251,8 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         model_geometry=dict(vt.geometry), rows_read=n, duplicates_merged=int(n - starts.size),
         alias_duplicate_points=alias_points, agreement=agreement, missing_optional=vt.missing_optional,
         natives_seen=tuple(int(v) for v in unique_codes(vt.native[vt.native > 0])) if vt.native is not None else (),
+        duplicate_spread=spread, recorded_versions=vt.recorded_versions, rows_stored=vt.stored_rows,
+        bucket_columns=BucketColumns(column_codes, dict(zip(key_names, decoders))),
     )
 
 

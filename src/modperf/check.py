@@ -1,4 +1,4 @@
-"""``modperf check``: load every head-bearing table with every guard and report per family.
+"""``modperf check``: load every declared table with every guard and report per family.
 
 Failures are collected, never short-circuited: one bad file does not hide another, and one
 file reports all of its problems. With ``quality`` the same load also feeds the plausibility
@@ -7,8 +7,9 @@ checks (:mod:`modperf.quality`): every file is read and validated once.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ class FileResult:
     ref: TableRef
     family: str | None
     failures: list[E.ModperfError]
-    rows: int = 0
+    rows: int = 0  # rows of the file as stored (0 when it failed)
     points: int = 0
     buckets: int = 0
     natives: list[int] = field(default_factory=list)
@@ -46,7 +47,7 @@ class FileResult:
         out = cls(res.ref, res.family.name if res.family else None, list(res.failures), seconds=res.seconds)
         t = res.keyed
         if t is not None:
-            out.rows, out.points, out.buckets = t.rows_read, t.n_points, t.n_buckets
+            out.rows, out.points, out.buckets = t.rows_stored, t.n_points, t.n_buckets
             out.natives, out.models = t.natives, t.models
             out.duplicates_merged, out.alias_duplicate_points = t.duplicates_merged, t.alias_duplicate_points
             if t.agreement is not None:
@@ -76,6 +77,8 @@ class FamilySummary:
     title: str
     tier: str
     native_source: str
+    #: Some table of the family has a num_heads column (the tier describes its keying).
+    head_axis: bool = True
     files: int = 0
     files_failed: int = 0
     rows: int = 0
@@ -106,7 +109,8 @@ class FamilySummary:
     def to_dict(self) -> dict[str, Any]:
         return {
             "family": self.family, "title": self.title, "tier": self.tier, "native_source": self.native_source,
-            "files": self.files, "files_failed": self.files_failed, "rows": self.rows, "points": self.points,
+            "head_axis": self.head_axis, "files": self.files, "files_failed": self.files_failed, "rows": self.rows,
+            "points": self.points,
             "buckets": self.buckets, "natives": sorted(self.natives), "models": sorted(self.models),
             "duplicates_merged": self.duplicates_merged, "alias_duplicate_points": self.alias_duplicate_points,
             "failures": self.failures, "agreement": self.agreement,
@@ -118,7 +122,7 @@ class CheckReport:
     files: list[FileResult]
     families: dict[str, FamilySummary]
     problems: list[E.ModperfError]  # failures not tied to one table (catalog, reuse)
-    skipped: int  # tables found that are not head-bearing
+    skipped: int  # table files found that no family declares
     seconds: float
     quality: QualityReport | None = None
 
@@ -141,7 +145,7 @@ class CheckReport:
             "files_failed": sum(not fr.ok for fr in self.files),
             "rows": self.rows,
             "failures": len(self.failures),
-            "skipped_not_head_bearing": self.skipped,
+            "skipped_undeclared": self.skipped,
             "seconds": round(self.seconds, 3),
             "families": {k: v.to_dict() for k, v in self.families.items()},
             "problems": [p.to_dict() for p in self.problems],
@@ -162,7 +166,7 @@ def check(
     quality_examples: int = 10,
     scope: Scope | None = None,
 ) -> CheckReport:
-    """Load every head-bearing table under ``data_root`` (or the given files/folders) with
+    """Load every declared table under ``data_root`` (or the given files/folders) with
     every guard; with ``quality``, assess the loaded tables too. Raises only for usage errors
     (bad root, unknown table); data problems are in the report."""
     start = time.perf_counter()
@@ -173,9 +177,8 @@ def check(
     scope = scope or Scope.of(paths, data_root=data_root, table=table, model_configs=model_configs)
     selection = scope.select()
     families = {
-        name: FamilySummary(name, fam.title, fam.tier.value, fam.native_source.value)
+        name: FamilySummary(name, fam.title, fam.tier.value, fam.native_source.value, fam.has_head_axis)
         for name, fam in registry().items()
-        if fam.head_bearing or scope.paths
     }
     quality_report = None
     if quality is None:
@@ -200,6 +203,21 @@ def check(
                        quality_report)
 
 
+def describe_guard(guard: Any) -> dict[str, Any]:
+    """A declared guard as plain data: its type and every field that is not code."""
+    out: dict[str, Any] = {"guard": type(guard).__name__}
+    for f in dataclasses.fields(guard):
+        value = getattr(guard, f.name)
+        if callable(value) or value is None:
+            continue
+        if isinstance(value, Mapping):
+            value = {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}
+        elif isinstance(value, tuple):
+            value = [list(v) if isinstance(v, tuple) else v for v in value]
+        out[f.name] = value
+    return out
+
+
 def describe_family(name: str) -> dict[str, Any]:
     """A family's declaration as plain data (for docs and ``--json``)."""
     fam = registry()[name]
@@ -208,13 +226,24 @@ def describe_family(name: str) -> dict[str, Any]:
         "tables": [
             {"table": s.name, "phase": s.phase, "categorical": list(s.categorical), "discrete": list(s.discrete),
              "axes": list(s.axes), "seq_axis": s.seq_axis, "optional": sorted(s.optional),
-             "zero_latency": s.zero_latency_note}
+             "head_axis": s.head_axis, "zero_latency": s.zero_latency_note,
+             "latency": {"column": s.latency.column, "unit": s.latency.unit}, "renames": dict(s.renames),
+             "unpivot": ({"key": s.unpivot.key, "phases": {p: {c: list(src) for c, src in cols.items()}
+                                                           for p, cols in s.unpivot.phases.items()}}
+                         if s.unpivot is not None else None),
+             "derived": [{"column": d.name, "formula": d.formula, "keyed": d.name in s.key_columns,
+                          "needs_system": d.needs_system} for d in s.derived],
+             "carried": list(s.carried), "library": s.library,
+             "quantities": [{"column": q.column, "scope": q.scope, "meaning": q.meaning, "beside": q.beside}
+                            for q in s.quantities],
+             "guards": [describe_guard(g) for g in s.guards]}
             for s in fam.tables
         ],
         "geometry": [f.name for f in fam.geometry],
         "requires_model": fam.requires_model, "requires_tp": fam.requires_tp, "stale_guard": fam.stale_guard,
+        "model_head_axis": fam.model_head_axis, "work_model": "row roofline" if fam.roof is not None else "attention",
         "rationale": fam.rationale,
     }
 
 
-__all__ = ["CheckReport", "FamilySummary", "FileResult", "check", "describe_family", "family_of"]
+__all__ = ["CheckReport", "FamilySummary", "FileResult", "check", "describe_family", "describe_guard", "family_of"]

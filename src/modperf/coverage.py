@@ -346,11 +346,11 @@ def coverage(
     workers: int | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> CoverageReport:
-    """The native x tp matrix of every head-bearing slot (reuse-resolved) under the data root,
+    """The native x tp matrix of every slot with the model's head axis (reuse-resolved) under the data root,
     or of the given files/folders."""
     start = time.perf_counter()
     scope = Scope.of(paths, data_root=data_root, table=table, system=system, backend=backend, version=version,
-                     model_configs=model_configs, physical=False)
+                     model_configs=model_configs, physical=False, head_axis_only=True)
     selection = scope.select()
     facts = _load_facts(selection, workers, on_progress)
     slots = [_slot_coverage(ref, facts[ref.path]) for ref in sorted(selection.refs, key=_sort_key)]
@@ -447,14 +447,14 @@ def coverage_diff(
     table) that holds either version: cells measured, points per cell, locals."""
     start = time.perf_counter()
     scope = Scope.of(None, data_root=data_root, table=table, system=system, backend=backend,
-                     model_configs=model_configs, physical=False)
+                     model_configs=model_configs, physical=False, head_axis_only=True)
     selection = scope.select()
     have = {r.version for r in selection.refs if r.version is not None}  # catalog refs always carry one
     for v in (before, after):
         if v not in have:
             known = sorted(have, key=version_key)
             raise E.OptionValueError(
-                f"no head-bearing table of version {v!r} matches the filters", values={"version": v},
+                f"no table with the model's head axis of version {v!r} matches the filters", values={"version": v},
                 fix="versions present: " + ", ".join(known[:30]) + (" ..." if len(known) > 30 else ""))
     selection.refs = refs = [r for r in selection.refs if r.version in (before, after)]
     facts = _load_facts(selection, workers, on_progress)
@@ -591,7 +591,7 @@ def model_coverage(
     tps = validate_tps(tps)
     start = time.perf_counter()
     scope = Scope.of(None, data_root=data_root, table=table, system=system, backend=backend, version=version,
-                     model_configs=model_configs, physical=False)
+                     model_configs=model_configs, physical=False, head_axis_only=True)
     registry = scope.registry()
     cfg = registry.get(model)  # UnknownModelError says how to add the config
     native = cfg.native_heads

@@ -48,11 +48,10 @@ class Database:
 
     def tables(self, *, system: str | None = None, backend: str | None = None, version: str | None = None,
                table: str | None = None) -> Iterator[KeyedTable]:
-        """Every head-bearing slot matching the filters (reuse-resolved), loaded."""
+        """Every declared slot matching the filters (reuse-resolved), loaded."""
         for ref in self.catalog.select(system=system, backend=backend, version=version, table=table,
                                        physical=False):
-            family = family_of(ref.table)
-            if family is not None and family.head_bearing:
+            if family_of(ref.table) is not None:
                 yield self.load(ref)
 
     # -- queries (semantics in modperf.query and docs/queries.md) ----------------------------

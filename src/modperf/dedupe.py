@@ -601,7 +601,7 @@ def dedupe(
     workers: int | None = None,
     on_progress: Callable[[int, int, FileDedupe], None] | None = None,
 ) -> DedupeReport:
-    """Audit aliases and duplicates in every head-bearing table file (or the given files and
+    """Audit aliases and duplicates in every table file with the model's head axis (or the given files and
     folders); with ``write``, also write de-duplicated, verified tables under that folder
     (``force``: also replace files there that modperf did not write). Raises only for usage
     errors; data problems, and tables that could not be written (a full disk), are in the
@@ -612,7 +612,9 @@ def dedupe(
         raise E.OptionValueError("tolerance must be a relative difference >= 0", values={"tolerance": tolerance},
                                  fix="pass e.g. --tolerance 0.1 for 10%")
     start = time.perf_counter()
-    scope = Scope.of(paths, data_root=data_root, table=table, model_configs=model_configs)
+    # the alias audit is about model names measuring one key, and --write rewrites files in their
+    # stored layout: tables with the model's head axis (the loader reshapes some others)
+    scope = Scope.of(paths, data_root=data_root, table=table, model_configs=model_configs, head_axis_only=True)
     registry = scope.registry()
     selection = scope.select()
     plan: dict[Path, Path] = {}

@@ -303,6 +303,51 @@ class ArchitectureMismatchError(TableError):
     kind = "architecture_mismatch"
 
 
+class MisplacedTableError(TableError):
+    """A table found in a folder its family's versioning does not allow (a collective
+    library's table outside {system}/comm/{library}/{release}/)."""
+
+    kind = "misplaced_table"
+
+
+class SystemSpecError(TableError):
+    """A derived column needs the system's spec (GPUs per node) and none is known for the file."""
+
+    kind = "system_spec"
+
+
+class InvariantError(TableError):
+    """A relation the family declares between a row's columns does not hold."""
+
+    kind = "invariant"
+
+
+class ConventionError(TableError):
+    """The data follows another convention than the family declares for a column (a global
+    quantity stored per rank, bytes stored as elements, ...), shown by how latency moves along
+    a key or by the keys' own fingerprint."""
+
+    kind = "convention"
+
+
+class DuplicateSpreadError(TableError):
+    """Rows sharing a full key disagree systematically: they stand for different work."""
+
+    kind = "duplicate_spread"
+
+
+class BeyondRooflineError(TableError):
+    """Rows faster than the machine's roofline allows for the work their key declares."""
+
+    kind = "beyond_roofline"
+
+
+class UnitsError(TableError):
+    """Latencies outside what the declared unit allows."""
+
+    kind = "units"
+
+
 class TableRejectedError(TableError):
     """Raised by strict loading when a table has failures; carries all of them."""
 

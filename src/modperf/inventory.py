@@ -71,5 +71,5 @@ def list_tables(
                                                          r.table, r.shadowed)):
         fam = family_of(ref.table)
         out.append({**ref.to_dict(), "family": fam.name if fam else None,
-                    "head_bearing": fam is not None and fam.head_bearing, **_head_pairs(ref)})
+                    "model_head_axis": fam is not None and fam.model_head_axis, **_head_pairs(ref)})
     return out

@@ -78,6 +78,7 @@ FIELDS: dict[str, Range] = {
     "step": CACHED_TOKENS,
     "prefix": CACHED_TOKENS,
     "head_dim": WIDTH,
+    "message_size": Range(1, 2**40, "elements in a message"),  # collectives sweep past 2**31 (oneccl on b60)
     "window_size": WINDOW,
     "compress_ratio": RATIO,
     "beam_width": BEAM,

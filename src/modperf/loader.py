@@ -2,7 +2,8 @@
 per-database cache.
 
 * :func:`load_one` reads a table (:mod:`modperf.reader`), runs every guard
-  (:func:`modperf.validate.validate_table`) and keys it (:func:`modperf.buckets.build_buckets`).
+  (:func:`modperf.validate.validate_table`), keys it (:func:`modperf.buckets.build_buckets`)
+  and runs the declared guards about its points as a whole (:mod:`modperf.keyed_guards`).
   Its result, :class:`Loaded`, is the one result type of a load: data problems are in
   ``failures``, never raised. :func:`load_table` is the strict form.
 * :class:`Scope` names what a whole-corpus command covers (system, backend, version, table,
@@ -29,9 +30,10 @@ import pyarrow as pa
 from . import errors as E
 from .buckets import KeyedTable, build_buckets
 from .catalog import Catalog, TableRef, refs_for_paths, sidecar_problems
-from .families import family_of, head_bearing_tables
+from .families import declared_tables, family_of, model_head_axis_tables
 from .families import registry as family_registry
 from .families.base import Family
+from .keyed_guards import check_points
 from .models import ModelRegistry
 from .reader import read_table
 from .validate import ValidatedTable, validate_table
@@ -77,6 +79,10 @@ def load_one(ref: TableRef, registry: ModelRegistry, *, keep_arrow: bool = False
         return Loaded(ref, family, None, None, failures=[exc], seconds=time.perf_counter() - start)
     validated, failures = validate_table(ref, family, registry, arrow)
     keyed = build_buckets(validated) if validated is not None else None
+    if keyed is not None:
+        failures = check_points(keyed)
+        if failures:
+            keyed = None
     return Loaded(ref, family, validated, keyed, arrow if keep_arrow else None, failures,
                   time.perf_counter() - start)
 
@@ -121,6 +127,9 @@ class Scope:
     ``paths`` (files or folders) replace the data root's catalog; otherwise every table of the
     data root matching the filters. ``physical`` selects physical files (each once); False
     selects reuse-resolved slots (a reused table answers its slot from the donor's file).
+    The tables covered are every declared table (``check``, quality), or with
+    ``head_axis_only`` those whose num_heads is the model's attention head axis (the head-axis
+    tools: coverage, dedupe's alias audit).
     """
 
     paths: tuple[str, ...] | None = None
@@ -132,6 +141,7 @@ class Scope:
     family: str | None = None
     model_configs: tuple[str, ...] = ()
     physical: bool = True
+    head_axis_only: bool = False
 
     @classmethod
     def of(cls, paths: Iterable[str | os.PathLike[str]] | None = None, *,
@@ -148,9 +158,13 @@ class Scope:
     def registry(self) -> ModelRegistry:
         return ModelRegistry.default(self.model_configs)
 
+    def universe(self) -> set[str]:
+        """Every table stem the scope's kind of command covers, before the filters."""
+        return set(model_head_axis_tables() if self.head_axis_only else declared_tables())
+
     def tables(self) -> set[str]:
         """The table stems this scope covers (validated by name)."""
-        declared = set(head_bearing_tables())
+        declared = self.universe()
         if self.family is not None:
             fam = family_registry().get(self.family)
             if fam is None:
@@ -160,8 +174,9 @@ class Scope:
             declared &= set(fam.table_names)
         if self.table is not None:
             if self.table not in declared:
+                kind = "a table with the model's head axis" if self.head_axis_only else "a declared table"
                 raise E.UnknownTableError(
-                    f"{self.table!r} is not a head-bearing table", values={"table": self.table},
+                    f"{self.table!r} is not {kind}", values={"table": self.table},
                     fix=f"choose one of: {', '.join(sorted(declared))}")
             declared = {self.table}
         return declared
@@ -179,15 +194,15 @@ class Scope:
                     and (self.system is None or r.system == self.system)
                     and (self.backend is None or r.backend == self.backend)
                     and (self.version is None or r.version == self.version)]
-            skipped = sum(r.table not in set(head_bearing_tables()) for r in found) \
-                - sum(r.table not in set(head_bearing_tables()) for r in refs)
+            universe = self.universe()
+            skipped = sum(r.table not in universe for r in found) - sum(r.table not in universe for r in refs)
             return Selection(self, refs, None, found_problems + sidecar_problems(r.path.parent for r in refs),
                              skipped)
         catalog = Catalog.scan(self.data_root)
         refs = catalog.select(system=self.system, backend=self.backend, version=self.version, tables=wanted,
                               physical=self.physical)
         problems = list(catalog.problems) + sidecar_problems((r.path.parent for r in refs), reuse=False)
-        skipped = len(catalog.files) - len(catalog.select(tables=set(head_bearing_tables())))
+        skipped = len(catalog.files) - len(catalog.select(tables=self.universe()))
         return Selection(self, refs, catalog, problems, skipped)
 
 

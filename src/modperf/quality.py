@@ -20,6 +20,12 @@ Nothing here rejects a table; it reports, per file, points that look wrong:
 
 Every kind also needs an absolute difference above ``min_delta_ms``: microsecond kernels
 jitter by more than 25% without meaning anything.
+
+Per file, ``provenance`` notes say where a file's rows did not come from its folder's
+collection: ``version_column`` (the rows record another version than the folder, e.g. an NCCL
+table filed under the release a system selects but measured with another), and ``copy_of``
+(every point equals another file's of the same system and table, bit for bit: an undeclared
+reuse). Neither changes what the file answers; both are for the people who curate the data.
 """
 
 from __future__ import annotations
@@ -102,6 +108,8 @@ class FileQuality:
     findings: list[Finding] = field(default_factory=list)  # worst first, capped per kind
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     failures: list[E.ModperfError] = field(default_factory=list)
+    #: Where the rows did not come from the folder's own collection (version_column, copy_of).
+    provenance: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -111,7 +119,7 @@ class FileQuality:
         return {**self.ref.to_dict(), "family": self.family, "assessed": not self.failures, "points": self.points,
                 "counts": self.counts, "cross_file_corroborated": self.corroborated,
                 "findings": [f.to_dict() for f in self.findings], "comparisons": self.comparisons,
-                "failures": [f.to_dict() for f in self.failures]}
+                "provenance": self.provenance, "failures": [f.to_dict() for f in self.failures]}
 
 
 @dataclass
@@ -125,10 +133,15 @@ class QualityReport:
         for f in self.files:
             for k, v in f.counts.items():
                 counts[k] += v
+        notes: dict[str, int] = {}
+        for f in self.files:
+            for note in f.provenance:
+                notes[note["kind"]] = notes.get(note["kind"], 0) + 1
         return {"files": len(self.files), "files_with_findings": sum(f.total > 0 for f in self.files),
                 "files_not_assessed": sum(bool(f.failures) for f in self.files),
                 "points": sum(f.points for f in self.files), **counts,
-                "cross_file_corroborated": sum(f.corroborated for f in self.files)}
+                "cross_file_corroborated": sum(f.corroborated for f in self.files),
+                "provenance": dict(sorted(notes.items()))}
 
     def to_dict(self) -> dict[str, Any]:
         return {"thresholds": self.thresholds.to_dict(), "seconds": round(self.seconds, 3),
@@ -296,6 +309,43 @@ def _cross_file(tables: Sequence[KeyedTable], results: Sequence[FileQuality], th
                                         {"corroborated": len(others) >= 2, "others": others}))
 
 
+# --- provenance -------------------------------------------------------------------------
+
+
+def _version_note(kt: KeyedTable) -> dict[str, Any] | None:
+    recorded = list(kt.recorded_versions)
+    if kt.ref.version is None or not recorded or recorded == [kt.ref.version]:
+        return None
+    return {"kind": "version_column", "folder": kt.ref.version, "recorded": recorded}
+
+
+def _signature(kt: KeyedTable) -> bytes:
+    """Every point (bucket key, axis values, latency) in an order independent of how the file
+    ordered its rows and encoded its strings."""
+    by_key = sorted(range(kt.n_buckets), key=lambda b: tuple(map(str, kt.bucket_keys[b])))
+    rank = np.empty(kt.n_buckets, dtype=np.int64)
+    rank[by_key] = np.arange(kt.n_buckets)
+    point_rank = rank[_bucket_of_points(kt)]
+    order = np.lexsort([kt.latency, *(kt.axes[a] for a in reversed(kt.spec.axes)), point_rank])
+    keys = "|".join(",".join(map(str, kt.bucket_keys[b])) for b in by_key).encode()
+    arrays = [point_rank[order], *(kt.axes[a][order] for a in kt.spec.axes), kt.latency[order]]
+    return keys + b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)
+
+
+def _copies(tables: Sequence[KeyedTable], results: Sequence[FileQuality]) -> None:
+    by_size: dict[int, list[int]] = {}
+    for i, kt in enumerate(tables):
+        by_size.setdefault(kt.n_points, []).append(i)
+    for members in by_size.values():
+        if len(members) < 2:
+            continue
+        signatures = {i: _signature(tables[i]) for i in members}
+        for i in members:
+            same = [tables[j].ref.label for j in members if j != i and signatures[j] == signatures[i]]
+            if same:
+                results[i].provenance.append({"kind": "copy_of", "identical_to": same})
+
+
 # --- entry point --------------------------------------------------------------------------
 
 
@@ -306,6 +356,9 @@ def assess_tables(tables: Sequence[KeyedTable], thresholds: Thresholds = Thresho
     results = [FileQuality(kt.ref, kt.family.name, kt.n_points) for kt in tables]
     for kt, out in zip(tables, results):
         _series_checks(kt, thresholds, examples, out)
+        note = _version_note(kt)
+        if note is not None:
+            out.provenance.append(note)
     groups: dict[tuple, list[int]] = {}
     for i, kt in enumerate(tables):
         if kt.ref.system is not None and kt.ref.backend is not None:
@@ -313,6 +366,7 @@ def assess_tables(tables: Sequence[KeyedTable], thresholds: Thresholds = Thresho
     for members in groups.values():
         if len(members) >= 2:
             _cross_file([tables[i] for i in members], [results[i] for i in members], thresholds, examples)
+            _copies([tables[i] for i in members], [results[i] for i in members])
     for out in results:
         # worst first; cross-file findings that several files contradict before two-file disagreements
         out.findings.sort(key=lambda f: (KINDS.index(f.kind), not f.detail.get("corroborated", False), -f.ratio))
@@ -356,7 +410,7 @@ def assess(
     on_progress: Callable[[int, int, Any], None] | None = None,
     scope: Scope | None = None,
 ) -> QualityReport:
-    """Quality findings for every head-bearing table file (or the given files/folders).
+    """Quality findings for every declared table file (or the given files/folders).
     Tables are loaded one (system, table) group at a time, so memory stays bounded.
     (``modperf check --quality`` assesses the tables its own load produced.)"""
     thresholds.validate()

@@ -35,7 +35,7 @@ from .families import registry
 from .families.base import HEADS, TP, PointTest, Tier
 from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid, Lookup
 from .resolve import derive
-from .roofline import gpu_spec
+from .roofline import AxisWork, gpu_spec
 from .versions import version_key
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
     pos = {a: i for i, a in enumerate(axes)}
     fixed_heads = float(native_heads) / max(int(key[TP]), 1) if native_heads is not None and TP in key else \
         float(native_heads or 1)
-    if not spec.head_axis:
+    if isinstance(work, AxisWork):  # tables without a head axis: the family's row roofline
         return Grid(axes, points, latency, work.shape_seconds, limit=EXTRAPOLATION_LIMIT)
     if "num_tokens" in pos:
         pick: tuple[int | None, int | None, int | None, int | None] = (pos["num_tokens"], None, None, pos.get(HEADS))

@@ -14,7 +14,14 @@ query-key pairs of the attention core (causal in context: each new token attends
 and to the new tokens before it; capped by a sliding window or a sparse top-k) and the KV cache
 read. This module owns the GPU specs, the :class:`WorkModel` arithmetic and the default. GPU
 peaks come from the corpus's ``systems/{system}.yaml`` (the dtype's tensor-core peak and
-``mem_bw``); a system without a spec file uses DEFAULT_GPU and the answer says so.
+``mem_bw``; the node section's link bandwidths and hop latency); a system without a spec file
+uses DEFAULT_GPU and the answer says so.
+
+Tables without a head axis (GEMMs, MoE, communication, quantization, ...) declare a *row
+roofline* instead (``Family.roof``): flops, memory bytes and interconnect bytes of one row as
+functions of its columns, each divided by its rate (:class:`Roof`). The same function is the
+query grid's yardstick (:class:`AxisWork`) and, evaluated on every stored row, the loader's
+ceiling guard: a row faster than its roofline allows was stored in another convention.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import yaml
 
 #: Used when the system has no spec file (a user data root): an H100-class balance point.
 DEFAULT_GPU = {"bfloat16_tc_flops": 989e12, "fp8_tc_flops": 1979e12, "mem_bw": 3.35e12}
+#: The node section's defaults (an 8-GPU NVLink node) where a system file has no node section.
+DEFAULT_NODE = {"num_gpus_per_node": 8, "intra_node_bw": 450e9, "inter_node_bw": 50e9, "p2p_latency": 1e-5}
 
 
 @dataclass(frozen=True)
@@ -40,20 +49,39 @@ class GpuSpec:
     fp4_flops: float
     mem_bw: float
     from_file: bool
+    #: int8 tensor-core rate (``int8_tc_flops``; the fp8 rate where the file has none).
+    int8_flops: float = 0.0
+    #: The node: GPUs per node, per-GPU one-direction bandwidth inside it (NVLink or PCIe) and
+    #: to other nodes, and the latency of one peer-to-peer hop (s).
+    gpus_per_node: int = int(DEFAULT_NODE["num_gpus_per_node"])
+    intra_node_bw: float = DEFAULT_NODE["intra_node_bw"]
+    inter_node_bw: float = DEFAULT_NODE["inter_node_bw"]
+    p2p_latency: float = DEFAULT_NODE["p2p_latency"]
 
     def peak(self, dtype: str | None) -> float:
         d = (dtype or "").lower()
         if "fp4" in d:
             return self.fp4_flops
-        if "fp8" in d or "int8" in d:
+        if "fp8" in d:
             return self.fp8_flops
+        if "int8" in d or d == "sq":  # SmoothQuant GEMMs run on the int8 units
+            return self.int8_flops or self.fp8_flops
         return self.bf16_flops
+
+    def link_bw(self, group: Any) -> Any:
+        """Per-GPU one-direction bandwidth of a collective over ``group`` GPUs: inside a node,
+        its NVLink/PCIe rate; across nodes, the slower of the two (floats or arrays)."""
+        if isinstance(group, np.ndarray):
+            return np.where(group <= self.gpus_per_node, self.intra_node_bw,
+                            min(self.intra_node_bw, self.inter_node_bw))
+        return self.intra_node_bw if group <= self.gpus_per_node else min(self.intra_node_bw, self.inter_node_bw)
 
 
 @functools.lru_cache(maxsize=64)
 def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
     """The GPU of ``system`` from ``{systems_dir}/{system}.yaml`` (default: the embedded corpus)."""
     data: dict[str, Any] = {}
+    node: dict[str, Any] = {}
     if system:
         if systems_dir is None:
             from .catalog import embedded_systems_dir
@@ -69,20 +97,25 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
             try:
                 doc = yaml.safe_load(path.read_text()) or {}
                 data = doc.get("gpu") or {}
+                node = doc.get("node") or {}
             except yaml.YAMLError:
                 data = {}
     from_file = bool(data.get("bfloat16_tc_flops") and data.get("mem_bw"))
     if not from_file:
-        data = DEFAULT_GPU
+        data, node = DEFAULT_GPU, {}
     bf16 = float(data["bfloat16_tc_flops"])
     fp8 = float(data.get("fp8_tc_flops") or bf16)  # A100 has no fp8 units: fp8 runs at bf16 rate
     fp4 = float(data.get("fp4_tc_flops") or fp8)
-    return GpuSpec(system or "default", bf16, fp8, fp4, float(data["mem_bw"]), from_file)
+    int8 = float(data.get("int8_tc_flops") or fp8)
+    nd = {**DEFAULT_NODE, **{k: v for k, v in node.items() if k in DEFAULT_NODE and v}}
+    return GpuSpec(system or "default", bf16, fp8, fp4, float(data["mem_bw"]), from_file, int8,
+                   int(nd["num_gpus_per_node"]), float(nd["intra_node_bw"]), float(nd["inter_node_bw"]),
+                   float(nd["p2p_latency"]))
 
 
 def bytes_of(dtype: str | None) -> float:
     d = (dtype or "").lower()
-    if "fp4" in d:
+    if "fp4" in d or "int4" in d:
         return 0.5
     if "fp8" in d or "int8" in d:
         return 1.0
@@ -116,16 +149,9 @@ class WorkModel:
     mem_bw: float = 1.0
     #: mla_bmm: a token-only kernel (num_tokens axis), flops per token per head.
     token_flops_per_head: float = 0.0
-    #: Bytes per element of a GEMM's operands (the gemm family: axes m, n, k).
-    operand_bytes: float = 2.0
-
-    def shape_seconds(self, values):  # (m, n, k) floats or arrays
-        """Roofline of a GEMM: 2mnk flops against reading A (m x k), B (k x n) and writing C."""
-        m, n, k = values
-        upper = np.maximum if any(isinstance(v, np.ndarray) for v in (m, n, k)) else max
-        flops = 2.0 * m * n * k
-        bytes_ = (m * k + k * n) * self.operand_bytes + m * n * 2.0
-        return upper(flops / self.proj_peak, bytes_ / self.mem_bw)
+    #: Context attention over the new tokens is causal (decoder) unless this is False (an
+    #: encoder: every token attends to every token).
+    causal: bool = True
 
     def seconds(self, batch: np.ndarray | float, isl: np.ndarray | float, step: np.ndarray | float,
                 heads: np.ndarray | float) -> np.ndarray | float:
@@ -133,7 +159,7 @@ class WorkModel:
         tokens = b * s
         if self.phase == "context":
             # each new token attends to the prefix and (causally) to the new tokens up to itself
-            keys = p + (s + 1) * 0.5
+            keys = p + (s + 1) * 0.5 if self.causal else p + s
             kv_len = p + s
         else:
             # generation tables: ``step`` is the cached length, ``isl`` the tokens per sequence
@@ -190,3 +216,59 @@ def default_work(table: str, phase: str, key: Mapping[str, Any], geometry: Mappi
     """Attention-shaped default for a family that declares no work model."""
     return WorkModel(pair_flops_per_head=512.0, kv_bytes_per_token=256.0 * bytes_of(key.get("kv_cache_dtype")),
                      **common_terms(phase, key, gpu))
+
+
+# --- tables without a head axis: the roofline of a row from its columns ---------------------
+
+
+@dataclass(frozen=True)
+class Roof:
+    """The time a row's work takes at each of the machine's rates (s; floats or arrays). The
+    roofline is the slowest of them plus ``fixed``, a cost every call pays whatever its size
+    (a peer-to-peer hop for communication)."""
+
+    compute: Any = 0.0  # flops / the dtype's tensor-core peak
+    memory: Any = 0.0  # HBM bytes / mem_bw
+    link: Any = 0.0  # interconnect bytes / the link's one-direction bandwidth
+    fixed: float = 0.0
+
+    def bound(self) -> Any:
+        """The slowest rate's time, without the fixed cost (what a ceiling guard compares)."""
+        parts = (self.compute, self.memory, self.link)
+        if any(isinstance(p, np.ndarray) for p in parts):
+            return np.maximum(np.maximum(self.compute, self.memory), self.link)
+        return max(parts)
+
+    def seconds(self) -> Any:
+        return self.bound() + self.fixed
+
+
+#: A family's per-row roofline: (table, columns by name, gpu) -> Roof. Columns are numpy
+#: arrays (every row of a table: the loader's ceiling guards) or scalars and arrays (one group's
+#: key and a query's axis values); string columns are a str, or codes with their values.
+RowRoof = Callable[[str, Mapping[str, Any], GpuSpec], Roof]
+
+
+def per_value(fn: Callable[[Any], float], column: Any) -> Any:
+    """``fn`` of a string column: a plain value, or (for a whole table) an object with
+    ``codes`` and ``values`` (the loader's categorical columns), mapped per distinct value."""
+    if hasattr(column, "codes") and hasattr(column, "values"):
+        return np.array([fn(v) for v in column.values], dtype=np.float64)[column.codes]
+    return fn(column)
+
+
+@dataclass(frozen=True)
+class AxisWork:
+    """The work model of one bucket group of a table without a head axis: the family's row
+    roofline with the group's key fixed and the grid axes free."""
+
+    roof: RowRoof
+    table: str
+    key: Mapping[str, Any]
+    gpu: GpuSpec
+    axes: tuple[str, ...]
+
+    def shape_seconds(self, values: Any) -> Any:
+        """Roofline seconds at grid axis values (in ``axes`` order; floats or arrays)."""
+        return self.roof(self.table, {**self.key, **dict(zip(self.axes, values))}, self.gpu).seconds()
+

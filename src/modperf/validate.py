@@ -19,6 +19,7 @@ from . import errors as E
 from . import limits
 from .catalog import TableRef
 from .codes import combine, factorize, to_numpy, unique_codes
+from .conventions import Typed, as_declared, check_declared
 from .families.base import (
     ARCHITECTURE,
     EXTRA_MEASUREMENTS,
@@ -63,6 +64,14 @@ class ValidatedTable:
     configs: dict[str, ModelConfig] = field(default_factory=dict)
     geometry: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
     missing_optional: tuple[str, ...] = ()
+    #: Distinct values of the ``version`` column (provenance).
+    recorded_versions: tuple[str, ...] = ()
+    #: Rows in the file as stored (n_rows counts one row per phase where the layout unpivots).
+    stored_rows: int = -1
+
+    def __post_init__(self) -> None:
+        if self.stored_rows < 0:
+            self.stored_rows = self.n_rows
 
     def present(self, names: Iterable[str]) -> tuple[str, ...]:
         return tuple(n for n in names if n in self.categorical or n in self.integers)
@@ -91,10 +100,14 @@ class _Collector:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.failures: list[E.ModperfError] = []
+        #: Stored row of each loaded row, where the declared layout reshapes rows (unpivot).
+        self.row_map: np.ndarray | None = None
 
     def add(self, cls: type[E.ModperfError], message: str, *, rows: np.ndarray | None = None,
             values: dict[str, Any] | None = None, fix: str | None = None) -> None:
         kwargs: dict[str, Any] = {"file": self.path, "values": values, "fix": fix}
+        if rows is not None and self.row_map is not None:
+            rows = np.unique(self.row_map[rows])  # rows as the file stores them
         if rows is not None:
             kwargs["rows"] = rows[: E.ROWS_SHOWN].tolist()
             kwargs["row_count"] = int(rows.size)
@@ -113,6 +126,12 @@ def validate_table(
             table = read_table(path)
         except E.UnreadableTableError as exc:
             return None, [exc]
+    # the family's declared layout: names, phases, latency unit, derived columns, placement
+    stored_rows = table.num_rows
+    table, out.row_map, shape_failures = as_declared(table, spec, ref)
+    out.failures.extend(shape_failures)
+    if any(isinstance(f, (E.MissingColumnError, E.SystemSpecError)) for f in shape_failures):
+        return None, out.failures
     names = set(table.column_names)
 
     # -- columns present -------------------------------------------------------------------
@@ -138,7 +157,8 @@ def validate_table(
             fix = f"re-collect {ref.table} with its key column {col!r}, or migrate the file"
             msg = f"missing key column {col!r}"
         out.add(E.MissingColumnError, msg, values={"table": ref.table, "column": col}, fix=fix)
-    known = set(spec.key_columns) | {LATENCY, TP, *PROVENANCE_COLUMNS, *EXTRA_MEASUREMENTS}
+    known = set(spec.key_columns) | {LATENCY, TP, *PROVENANCE_COLUMNS, *EXTRA_MEASUREMENTS, *spec.carried,
+                                     *(d.name for d in spec.derived)}
     for col in sorted(names - known):
         out.add(
             E.UnexpectedColumnError,
@@ -294,11 +314,13 @@ def validate_table(
     # -- latency values --------------------------------------------------------------------
     bad_latency = ~np.isfinite(latency) | (latency < 0)
     zero = latency == 0
-    if zero.any() and spec.zero_latency_rule is not None and model is not None:
+    if zero.any() and spec.zero_latency_rule is not None:
         allowed = np.zeros(n, dtype=bool)
         ok_rows = zero & row_config_ok
 
         def per_row(field_name: str) -> np.ndarray:
+            if model is None:
+                raise KeyError(f"{ref.table} has no model column: its zero-latency rule cannot read {field_name!r}")
             values = np.array(
                 [configs[m].get(field_name) if m in configs else -1 for m in model.values], dtype=np.int64
             )
@@ -343,11 +365,18 @@ def validate_table(
     if family.tier is not Tier.LOCAL and geometry:
         _collisions(out, family, ref.table, configs, geometry)
 
+    # -- the conventions the table declares (per-rank vs global, units, ...) ----------------
+    if spec.guards:
+        typed = Typed(table, categorical, integers, latency,
+                      tuple(c for c in spec.key_columns if c in categorical or c in integers))
+        check_declared(out.add, typed, spec, family, ref, registry)
+
     if out.failures:
         return None, out.failures
+    recorded = tuple(sorted(version.values[c] for c in unique_codes(version.codes))) if version is not None else ()
     return (
         ValidatedTable(ref, family, spec, n, categorical, integers, latency, model, native, configs,
-                       geometry, missing_optional),
+                       geometry, missing_optional, recorded, stored_rows),
         [],
     )
 

@@ -115,9 +115,9 @@ class TableWriter:
 
     def __post_init__(self) -> None:
         family = family_of(self.table)
-        if family is None or not family.head_bearing:
+        if family is None or not family.model_head_axis:
             raise E.UnknownTableError(
-                f"{self.table!r} is not a head-bearing table", values={"table": self.table},
+                f"{self.table!r} is not a table with the model's head axis", values={"table": self.table},
                 fix="the writer writes the tables declared in modperf/families/",
             )
         self.family = family

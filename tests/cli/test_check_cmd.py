@@ -42,7 +42,7 @@ def test_check_human_output_lists_failures(fixtures: Path):
 
 
 def test_usage_errors_exit_2_without_traceback(tmp_path: Path):
-    for args in (["check", "--table", "gemm"], ["check", "--data-root", str(tmp_path / "nope")],
+    for args in (["check", "--table", "no_such_table"], ["check", "--data-root", str(tmp_path / "nope")],
                  ["check", str(tmp_path / "missing_perf.parquet")]):
         proc = subprocess.run([sys.executable, "-m", "modperf", *args], capture_output=True, text=True)
         assert proc.returncode == 2, (args, proc.stderr)
@@ -52,6 +52,6 @@ def test_usage_errors_exit_2_without_traceback(tmp_path: Path):
 
 
 def test_usage_error_as_json():
-    result = runner.invoke(app, ["check", "--table", "gemm", "--json"])
+    result = runner.invoke(app, ["check", "--table", "no_such_table", "--json"])
     assert result.exit_code == 2
     assert json.loads(result.stdout)["error"]["type"] == "UnknownTableError"

@@ -90,3 +90,28 @@ def test_layer_and_version_default_from_the_command_line() -> None:
     assert answer["fields"]["window_size"] == 128 and answer["fields"]["layer"] == "sliding"
     text = runner.invoke(app, [*args, "--layer", "sliding"]).stdout
     assert "from the model" in text and "window_size: its sliding layers use window_size 128" in text
+
+
+
+
+def test_tables_without_a_head_axis_answer_by_their_own_keys() -> None:
+    """A DeepEP dispatch on GB200 (EP 4, derived from its 4-GPU nodes), stored in microseconds
+    with dispatch and combine side by side: asked for by phase, answered in ms."""
+    import pyarrow.parquet as pq
+
+    import modperf
+
+    args = ["query", "wideep_deepep_normal", "--system", "gb200", "--backend", "sglang", "--version", "0.5.12",
+            "--phase", "combine", "--ep-size", "4", "--node-num", "1", "--hidden-size", "7168", "--topk", "8",
+            "--num-experts", "256", "--num-tokens", "128", "--sms", "20", "--kernel-source", "deepep"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    path = modperf.open().ref("gb200", "sglang", "0.5.12", "wideep_deepep_normal").path
+    rows = [r for r in pq.read_table(path).to_pylist()
+            if (r["hidden_size"], r["num_topk"], r["num_experts"], r["num_token"], r["combine_sms"]) == (7168, 8, 256,
+                                                                                                       128, 20)]
+    assert answer["kind"] == "exact" and len(rows) == 1
+    assert answer["latency_ms"] == (rows[0]["combine_transmit_us"] + rows[0]["combine_notify_us"]) / 1000.0
+    human = runner.invoke(app, args)
+    assert human.exit_code == 0 and "exact" in human.stdout and "heads" not in human.stdout

@@ -53,9 +53,24 @@ def print_quality(report: QualityReport, shown: int = 10, tables_shown: int = 40
                          f"{x.reference:,.4g}",
                          f"{x.ratio:,.1f}x")
         console.print(grid)
+    noted = [(f, n) for f in report.files for n in f.provenance]
+    if noted:
+        grid = Table(title="provenance: rows not collected in their own folder (the load is not rejected)")
+        for col in ("table", "note"):
+            grid.add_column(col, overflow="fold")
+        for f, n in noted[:tables_shown]:
+            text = (f"version column says {', '.join(n['recorded'])} (folder {n['folder']})"
+                    if n["kind"] == "version_column" else
+                    "identical to " + ", ".join(short_file(x) for x in n["identical_to"]))
+            grid.add_row(short_label(f.ref), text)
+        console.print(grid)
+        if len(noted) > tables_shown:
+            console.print(f"... and {len(noted) - tables_shown} more notes (every note: --json)", style="dim")
     t = report.totals()
     console.print(
         f"quality: {t['files_with_findings']} of {t['files']} tables with findings: {t['non_monotone']:,} non-monotone "
         f"pairs (> {100 * th.monotone_tolerance:g}% fall), {t['spike']:,} spikes, {t['cross_file']:,} cross-file "
-        f"points ({t['cross_file_corroborated']:,} corroborated); ignoring differences under {th.min_delta_ms:g} ms; "
+        f"points ({t['cross_file_corroborated']:,} corroborated), provenance notes "
+        f"{', '.join(f'{k} {v}' for k, v in t['provenance'].items()) or 'none'}; ignoring differences under "
+        f"{th.min_delta_ms:g} ms; "
         f"{report.seconds:.1f} s. Every finding: --json.", style="dim")

@@ -31,12 +31,13 @@ def _pct(x: float | None) -> str:
 
 
 def print_report(report: CheckReport) -> None:
-    grid = Table(title="head-axis check, per family")
+    grid = Table(title="check, per family")
     for col in ("family", "tier", "files", "rows", "buckets", "natives", "merged", "failures"):
         grid.add_column(col, justify="left" if col in ("family", "tier", "natives") else "right", no_wrap=True)
     for s in report.families.values():
         grid.add_row(
-            s.family, s.tier, f"{s.files - s.files_failed}/{s.files}", f"{s.rows:,}", f"{s.buckets:,}",
+            s.family, s.tier if s.head_axis else "-", f"{s.files - s.files_failed}/{s.files}", f"{s.rows:,}",
+            f"{s.buckets:,}",
             ",".join(map(str, sorted(s.natives))) or "-", f"{s.duplicates_merged:,}",
             f"[red]{s.failures}[/]" if s.failures else "0",
         )
@@ -51,14 +52,15 @@ def print_report(report: CheckReport) -> None:
                           _pct(a["median_rel_diff"]), _pct(a["p95_rel_diff"]), _pct(a["max_rel_diff"]))
         console.print(agree)
     console.print("tiers: local = local heads complete the key; native+local = \\[native]\\[local]; native = "
-                  "native-keyed by contract. merged = duplicate rows folded by the lower-median rule.",
+                  "native-keyed by contract; - = no head axis. merged = duplicate rows folded by the lower-median "
+                  "rule.",
                   style="dim")
     for failure in report.failures:
         console.print(f"[red]FAIL[/] [bold]{failure.kind}[/]: {escape(str(failure))}", soft_wrap=True)
     verdict = "[green]clean[/]" if report.ok else f"[red]{len(report.failures)} failure(s)[/]"
     console.print(
         f"{len(report.files)} tables, {report.rows:,} rows checked in {report.seconds:.1f} s: {verdict}"
-        + (f" ({report.skipped} tables without a head axis skipped)" if report.skipped else "")
+        + (f" ({report.skipped} table files no family declares skipped)" if report.skipped else "")
     )
 
 
@@ -84,7 +86,7 @@ def check_command(
     quality_examples: Annotated[int, typer.Option("--quality-examples", help="--quality: findings listed per table "
                                 "and kind (0 = all).")] = 10,
 ) -> None:
-    """Load every head-bearing table with all guards; exit 0 when clean, 1 on failures, 2 on usage errors."""
+    """Load every declared table with all guards; exit 0 when clean, 1 on failures, 2 on usage errors."""
     thresholds = Thresholds(monotone_tolerance, spike_factor, cross_factor, min_delta_ms)
     if quality:
         thresholds.validate()  # a bad threshold is a usage error before any work

@@ -23,7 +23,7 @@ def ls_command(
     table: Annotated[str | None, typer.Option(
         "--table", help="Only this table stem (e.g. mla_context_module).")] = None,
     all_tables: Annotated[bool, typer.Option(
-        "--all", help="Include tables that carry no head axis (gemm, moe, ...).")] = False,
+        "--all", help="Include tables without the model's attention head axis (gemm, moe, comm, ...).")] = False,
     data_root: DataRootOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -33,7 +33,7 @@ def ls_command(
     entries = list_tables(str(data_root) if data_root else None, system=system, backend=backend,
                           version=version, table=table, problems=problems)
     if not all_tables and table is None:
-        entries = [e for e in entries if e["head_bearing"]]
+        entries = [e for e in entries if e["model_head_axis"]]
     if json_out:
         emit_json({"tables": entries, "problems": [p.to_dict() for p in problems]})
         raise typer.Exit(1 if problems else 0)
@@ -51,7 +51,7 @@ def ls_command(
             note.append(f"reuses {e['reused_from']}")
         if e["shadowed_by_reuse"]:
             note.append("shadowed by reuse.yaml")
-        if e.get("head_bearing") and not e.get("has_num_heads"):
+        if e.get("model_head_axis") and not e.get("has_num_heads"):
             note.append("no num_heads (legacy)")
         if e.get("error"):
             note.append(e["error"])

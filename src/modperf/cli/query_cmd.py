@@ -87,10 +87,11 @@ def print_answer(answer: dict[str, Any]) -> None:
     f = answer["fields"]
     slot = f"{answer['system']}/{answer['backend']}/{answer['version']}/{answer['table']}"
     grid.add_row("slot", slot + (" (default version)" if answer.get("version_chosen") else ""))
-    heads = f"local {answer['local']}"
-    if answer["native"] is not None:
-        heads = f"native {answer['native']}, " + heads
-    grid.add_row("heads", heads + f" (measured locals used: {', '.join(map(str, answer['locals_used']))})")
+    if answer["local"] >= 0:  # tables without a head axis (GEMM, MoE, communication, ...) have none
+        heads = f"local {answer['local']}"
+        if answer["native"] is not None:
+            heads = f"native {answer['native']}, " + heads
+        grid.add_row("heads", heads + f" (measured locals used: {', '.join(map(str, answer['locals_used']))})")
     key = {k: v for k, v in f.items() if k not in ("table", "system", "backend", "version")}
     grid.add_row("key", escape(", ".join(f"{k}={v}" for k, v in key.items())))
     for name, why in (answer.get("derived") or {}).items():

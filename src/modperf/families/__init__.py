@@ -1,13 +1,33 @@
 """Family declarations. Importing this package registers every family."""
 
-from . import dsa, dsv4, gemm, gqa, mla_kernel, mla_module, msa, sparse  # noqa: F401  (registration)
+from . import (  # noqa: F401  (registration)
+    alltoall,
+    collective,
+    custom_allreduce,
+    dsa,
+    dsv4,
+    encoder_attention,
+    gemm,
+    gqa,
+    kda,
+    linear_attention,
+    mhc,
+    mla_kernel,
+    mla_module,
+    mlp,
+    moe,
+    msa,
+    quantize,
+    sparse,
+)
 from .base import (
     Family,
     NativeSource,
     TableSpec,
     Tier,
+    declared_tables,
     family_of,
-    head_bearing_tables,
+    model_head_axis_tables,
     registry,
 )
 
@@ -16,7 +36,8 @@ __all__ = [
     "NativeSource",
     "TableSpec",
     "Tier",
+    "declared_tables",
     "family_of",
-    "head_bearing_tables",
+    "model_head_axis_tables",
     "registry",
 ]

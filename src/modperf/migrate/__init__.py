@@ -48,7 +48,7 @@ import pyarrow as pa
 from .. import errors as E
 from ..atomic import sweep
 from ..catalog import PARQUET_SUFFIX, TableRef, refs_for_paths
-from ..families import Family, Tier, family_of, head_bearing_tables
+from ..families import Family, Tier, family_of, model_head_axis_tables
 from ..families.base import HEADS, MODEL, TP
 from ..models import ModelRegistry
 from ..reader import read_layout, read_row_count, read_table
@@ -137,9 +137,9 @@ def plan_file(ref: TableRef, registry: ModelRegistry, *, model: str | None = Non
     default the link's own folder): the target is rewritten and the link stays."""
     plan = FilePlan(ref.path, ref.table, format=ref.format, ref=ref)
     family = family_of(ref.table)
-    if family is None or not family.head_bearing:
+    if family is None or not family.model_head_axis:
         plan.refuse(E.UnknownTableError(
-            f"{ref.table!r} is not a head-bearing table", file=ref.path,
+            f"{ref.table!r} is not a table with the model's head axis", file=ref.path,
             fix="migrate only rewrites the head axis of the tables declared in modperf/families/",
         ))
         return plan
@@ -262,7 +262,7 @@ def migrate(
     # Tables without a head axis found inside a folder are skipped (as `modperf check` does);
     # one named explicitly is reported.
     refs = [r for r in refs_for_paths(names)
-            if r.table in head_bearing_tables() or os.path.abspath(r.path) in explicit]
+            if r.table in model_head_axis_tables() or os.path.abspath(r.path) in explicit]
     plans = [plan_file(ref, registry, model=model, out=out_path, fills=fills, data_root=data_root,
                        link_root=_found_in(ref, names)) for ref in refs]
     unused = sorted(set(fills or {}) - {c for p in plans for c, how in p.filled.items() if how["source"] == "--fill"})

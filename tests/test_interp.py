@@ -118,7 +118,7 @@ def _hand_fill(points: dict, lattice: tuple[tuple[int, ...], ...], hole: tuple[i
     """The documented fill of a missing cell, by hand: every axis that brackets it gives its
     blend, weighted by ``(e^2 + 0.005^2)^-2``, ``e`` the median of the blend's leave-one-out
     errors at the two bracket ends and at the cells one step away along the other axes (sides
-    and diagonals)."""
+    and diagonals), and at least the smaller of the two ends' errors where both have one."""
     num = den = 0.0
     for axis in range(len(hole)):
         k = curvature[axis]
@@ -126,7 +126,8 @@ def _hand_fill(points: dict, lattice: tuple[tuple[int, ...], ...], hole: tuple[i
         if est is None:
             continue
         lo, hi = _line(points, hole, axis)
-        evidence = [_loo(points, lo, axis, k), _loo(points, hi, axis, k)]
+        ends = [_loo(points, lo, axis, k), _loo(points, hi, axis, k)]
+        evidence = list(ends)
         others = [c for c in range(len(hole)) if c != axis and len(lattice[c]) > 1]
         for steps in itertools.product((-1, 0, 1), repeat=len(others)):
             if not any(steps):
@@ -137,6 +138,8 @@ def _hand_fill(points: dict, lattice: tuple[tuple[int, ...], ...], hole: tuple[i
                 cell[c] = lattice[c][j] if 0 <= j < len(lattice[c]) else None
             evidence.append(None if None in cell else _loo(points, tuple(cell), axis, k))
         err = _median(evidence)
+        if None not in ends:
+            err = max(err, min(ends))
         err = 1.0 if err is None else err
         w = (err * err + 0.005 ** 2) ** -2
         num, den = num + w * est, den + w
@@ -191,6 +194,25 @@ def test_one_outlier_nearby_does_not_decide_the_weights() -> None:
     got = g.lookup(list(hole)).latency_ms
     assert got == pytest.approx(_hand_fill(pts, (BATCH, ISL), hole, g.curvature), rel=1e-12)
     assert got == pytest.approx(truth, rel=1e-4)
+
+
+def test_a_blend_through_a_spike_gets_no_trust() -> None:
+    # a gross outlier (x25) bracketing the hole along isl: both bracket ends are then off their
+    # own line (each is predicted through the other), so the isl blend's error is at least
+    # that, however well the same blend does one line over; the batch blend answers
+    isl = (16, 32, 64, 128, 256)
+    pts = {(b, s): 0.01 * b * s + 0.1 for b in BATCH for s in isl}
+    hole = (4, 64)
+    truth = pts.pop(hole)
+    pts[(4, 32)] *= 25.0
+    g = make(pts)
+    k = g.curvature[1]
+    assert _blend(pts, hole, 1, k) / truth > 3.0  # along isl, through the spike
+    ends = [_loo(pts, (4, 32), 1, k), _loo(pts, (4, 128), 1, k)]
+    assert None not in ends and min(ends) > 0.5
+    got = g.lookup(list(hole)).latency_ms
+    assert got == pytest.approx(_hand_fill(pts, (BATCH, isl), hole, g.curvature), rel=1e-12)
+    assert got == pytest.approx(truth, rel=1e-3)
 
 
 def test_missing_corner_is_extrapolated_by_roofline_and_labelled() -> None:

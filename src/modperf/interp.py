@@ -27,12 +27,16 @@ sweeps differ per isl), so lattice cells come in four states:
                    error here: the *median* of its leave-one-out errors at (i) the two bracket
                    ends (each predicted from its own nearest measured neighbours along the
                    axis) and (ii) the measured cells one step away along the other axes, sides
-                   and diagonals (the same blend, one line over). An axis with no such
-                   evidence gets ``e = 1``. The median keeps one outlier measurement nearby
-                   from deciding the weights (a spike among the evidence would otherwise make
-                   every axis look bad, the good one included); the exponent (-2 on the
-                   squared error, i.e. inverse variance squared) leans on the best-supported
-                   axis, since a handful of residuals estimate each ``e`` only roughly.
+                   and diagonals (the same blend, one line over); but never below the smaller
+                   of the two ends' errors where both have one. An axis with no such evidence
+                   gets ``e = 1``. The median keeps one outlier measurement nearby from
+                   deciding the weights (a spike among the evidence would otherwise make every
+                   axis look bad, the good one included); the floor keeps a spike *in the
+                   bracket* from being outvoted: it throws both ends off their line (each end
+                   is predicted through the other), and a blend through it is then bad
+                   whatever the lines nearby say. The exponent (-2 on the squared error, i.e.
+                   inverse variance squared) leans on the best-supported axis, since a handful
+                   of residuals estimate each ``e`` only roughly.
 ``EXTRAPOLATED``   not bracketed along any axis: filled from the nearest covered cell along an
                    axis line by holding its roofline utilisation (see :mod:`modperf.roofline`),
                    with its *extrapolation distance* (octaves of value + 1, summed along the
@@ -267,10 +271,12 @@ class Grid:
         m_rows = rows[missing]
         # (i) at the bracket ends (for a missing cell they bracket each other) and (ii) at the
         # cells one step away along the other axes, sides and diagonals (the same blend, one
-        # line over); their median
-        evidence = np.concatenate([np.stack([resid[fp[missing]], resid[fn[missing]]]),
-                                   _neighbour_values(resid.reshape(shape), a, m_rows)])
-        err = _nanmedian(evidence)
+        # line over); their median, but never below the smaller of the two ends' errors (when
+        # both ends are off their line, the blend through them is, whatever the lines nearby)
+        ends = np.stack([resid[fp[missing]], resid[fn[missing]]])
+        err = _nanmedian(np.concatenate([ends, _neighbour_values(resid.reshape(shape), a, m_rows)]))
+        both = np.isfinite(ends).all(axis=0)
+        err = np.where(both, np.fmax(err, np.where(both, ends.min(axis=0), 0.0)), err)
         err = np.where(np.isfinite(err), err, 1.0)
         return m_rows, est[missing], err
 

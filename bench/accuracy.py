@@ -18,6 +18,14 @@ ragged-grid fill, blend and extrapolation rules), query the point (``Grid.lookup
   asks for just past the grid): reported separately with signed error, since there modperf
   extrapolates (roofline utilisation held) or fills the ragged edge.
 
+Side by side with the best tool (aiconfigurator-core, driven in a child process by
+bench/aiconfigurator_side.py): for the same interior points, the tool answers from the same table
+without the point (written to a temporary systems root in its layout), through the op its model
+code builds for that table. A point counts for the tool where its full-table answer is the stored
+value (so its op addresses exactly that row) and its held-out answer does not come from another
+stored row at the same coordinates; both sides' errors are then taken on the points both
+answered. Tables it cannot be asked for, or never answers with the stored value, say why.
+
 Points at the small end of an axis (batch 1, the smallest isl) are neither. Latencies of 0 ms
 (sparse top-k no-ops) are skipped: a relative error is undefined there. OVERALL and the
 context / generation lines count the tables with the model's head axis (attention) only; the
@@ -27,6 +35,7 @@ per table (the same number from each), so every table weighs the same.
     python bench/accuracy.py                     # h200_sxm: 200 interior, 60 off-lattice, 60 frontier per table
     python bench/accuracy.py --system all --per-table 40 --off-lattice 10 --frontier 10
     python bench/accuracy.py --tables            # also one row per table
+    python bench/accuracy.py --no-tool           # modperf only (the tool comparison takes minutes)
 
 Prints tables; asserts nothing.
 """
@@ -39,6 +48,7 @@ import time
 from collections import defaultdict
 
 import numpy as np
+from aiconfigurator_side import Tool, ToolAnswers, held_out_answers
 
 import modperf
 from modperf.families import family_of
@@ -82,8 +92,15 @@ def classify(keyed: modperf.KeyedTable, b: int) -> tuple[np.ndarray, np.ndarray,
 
 
 def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: int, seed: int,
-        families: set[str] | None, show_tables: bool) -> int:
+        families: set[str] | None, show_tables: bool, tool_python: str | None = None) -> int:
     db = modperf.open()
+    tool = Tool(tool_python) if tool_python != "" else None
+    if tool is not None and not tool.ready:
+        print(f"aiconfigurator-core not available to {tool_python or sys.executable}: {tool.error}")
+        tool.close()
+        tool = None
+    versus = []  # (label, table, head-bearing, [(measured, modperf answer)], ToolAnswers)
+    tool_seconds = 0.0
     rng = np.random.default_rng(seed)
     inner: dict[str, list[float]] = defaultdict(list)
     plane: dict[str, list[float]] = defaultdict(list)
@@ -126,7 +143,7 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
         def group_rows(b: int) -> np.ndarray:
             return np.concatenate([np.arange(keyed.offsets[c], keyed.offsets[c + 1]) for c in index.groups[group_of_bucket[b]]])
 
-        def record(got, measured, kind, per_family, per_table_errors):  # noqa: ANN001,ANN202
+        def record(got, measured, kind, per_family, per_table_errors):
             """One prediction into its sinks (family and table), or a refusal count."""
             if got is None:
                 refused[f"{key} {kind}"] += 1
@@ -135,13 +152,16 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
                 per_table_errors.append(got / measured - 1.0)
 
         pick_in = rng.permutation(len(cand_in))[:per_table] if cand_in else []
+        held = []  # (bucket, point, measured, modperf's answer) of the interior points
         for j, c in enumerate(pick_in):
             b, p = cand_in[c]
             measured = float(keyed.latency[p])
             if measured <= 0:
                 continue
             builds += 1
-            record(predict(b, p, p), measured, "interior", inner, t_in)
+            got = predict(b, p, p)
+            held.append((b, p, measured, got))
+            record(got, measured, "interior", inner, t_in)
             if j >= off_lattice:
                 continue
             # off-lattice: drop the point's whole lattice plane along one of its axes
@@ -168,7 +188,14 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
             builds += 1
             record(predict(b, p, p), measured, "frontier", front, t_fr)
         rows_out.append((ref.label, key, family.model_head_axis, t_in, t_pl, t_fr))
-    seconds = time.perf_counter() - started
+        if tool is not None and held:
+            t0 = time.perf_counter()
+            answers = held_out_answers(tool, db, keyed, [(b, p) for b, p, _, _ in held])
+            tool_seconds += time.perf_counter() - t0
+            versus.append((ref.label, ref.table, family.model_head_axis, [(m, g) for _, _, m, g in held], answers))
+    seconds = time.perf_counter() - started - tool_seconds
+    if tool is not None:
+        tool.close()
 
     def stats(errs: list[float]) -> str:
         if not errs:
@@ -235,7 +262,84 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
         print("\nevery table:\n" + header)
         for lbl, _, hb, t_in, t_pl, t_fr in rows_out:
             print(table_row(lbl, t_in, t_pl, t_fr))
+    if tool is not None:
+        print_versus(versus, tool.version, tool_seconds)
     return 0
+
+
+def print_versus(versus: list[tuple[str, str, bool, list[tuple[float, float | None]], ToolAnswers]],
+                 version: str | None, seconds: float) -> None:
+    """modperf and the tool on the same held-out points: per table file, per table name
+    (pooled over backends and versions) and overall (head-bearing tables)."""
+
+    def errors(pairs: list[tuple[float, float | None]], answers: ToolAnswers) -> tuple[list[float], list[float]]:
+        mp, tl = [], []
+        for (measured, got), theirs, status in zip(pairs, answers.latency, answers.status):
+            if got is not None and status == "ok":
+                mp.append(abs(got / measured - 1.0))
+                tl.append(abs(theirs / measured - 1.0))
+        return mp, tl
+
+    def cell(e: list[float]) -> str:
+        if not e:
+            return f"{'-':>7s} {'-':>7s}"
+        a = np.asarray(e)
+        return f"{100 * np.median(a):6.2f}% {100 * np.percentile(a, 90):6.2f}%"
+
+    def verdict(mp: list[float], tl: list[float]) -> str:
+        """Whether modperf's median and p90 are at or below the tool's; where not, whether
+        the gap is beyond sampling noise: a paired bootstrap (2000 resamples of the points)
+        of modperf's minus the tool's statistic, its 5-95 % interval."""
+        if not mp:
+            return ""
+        m, t = np.asarray(mp), np.asarray(tl)
+        worse = [(name, q) for name, q in (("median", 50), ("p90", 90)) if np.percentile(m, q) > np.percentile(t, q)]
+        if not worse:
+            return "modperf <= tool"
+        rng = np.random.default_rng(0)
+        picks = rng.integers(0, m.size, (2000, m.size))
+        notes = []
+        for name, q in worse:
+            diff = np.percentile(m[picks], q, axis=1) - np.percentile(t[picks], q, axis=1)
+            lo, hi = np.percentile(diff, [5, 95]) * 100
+            notes.append(f"{name} +{100 * (np.percentile(m, q) - np.percentile(t, q)):.2f} pt "
+                         f"(5-95 %: {lo:+.2f}..{hi:+.2f})")
+        noise = all(np.percentile(np.percentile(m[picks], q, axis=1) - np.percentile(t[picks], q, axis=1), 5) <= 0
+                    for _, q in worse)
+        return ("tool lower, within noise: " if noise else "TOOL BETTER: ") + ", ".join(notes)
+
+    print(f"\nmodperf vs aiconfigurator-core {version}: the same held-out interior points, each side answering from "
+          f"the table without the point ({seconds:.0f} s for the tool). held: points held out; answered: by modperf / "
+          "by the tool (its full-table answer is the stored value, its held-out answer is not another stored row); "
+          "errors on the points both answered.")
+    header = (f"{'table':66s} {'held':>5s} {'mp n':>5s} {'tool n':>6s} | {'modperf med':>11s} {'p90':>7s} | "
+              f"{'tool med':>8s} {'p90':>7s} |")
+    print(header)
+    by_name: dict[str, tuple[list[float], list[float], bool]] = {}
+    overall_mp, overall_tl = [], []
+    for label, table, model_head_axis, pairs, answers in versus:
+        mp, tl = errors(pairs, answers)
+        answered_mp = sum(1 for _, g in pairs if g is not None)
+        extra = []
+        for status in ("unmapped", "refused", "sibling"):
+            if answers.count(status):
+                extra.append(f"{answers.count(status)} {status}")
+        note = "; ".join(x for x in (verdict(mp, tl), answers.note, ", ".join(extra)) if x)
+        print(f"{label:66s} {len(pairs):>5d} {answered_mp:>5d} {answers.count('ok'):>6d} | {cell(mp):>19s} | "
+              f"{cell(tl):>16s} | {note}")
+        pool = by_name.setdefault(table, ([], [], model_head_axis))
+        pool[0].extend(mp)
+        pool[1].extend(tl)
+        if model_head_axis:
+            overall_mp.extend(mp)
+            overall_tl.extend(tl)
+    print(f"\n{'table name (pooled)':30s} {'both n':>6s} | {'modperf med':>11s} {'p90':>7s} | {'tool med':>8s} "
+          f"{'p90':>7s} |")
+    for table, (mp, tl, _) in sorted(by_name.items()):
+        if mp:
+            print(f"{table:30s} {len(mp):>6d} | {cell(mp):>19s} | {cell(tl):>16s} | {verdict(mp, tl)}")
+    print(f"{'OVERALL (head-bearing)':30s} {len(overall_mp):>6d} | {cell(overall_mp):>19s} | {cell(overall_tl):>16s} | "
+          f"{verdict(overall_mp, overall_tl)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,10 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--family", action="append", help="only these families (repeatable)")
     parser.add_argument("--tables", action="store_true", help="print one row per table")
+    parser.add_argument("--no-tool", action="store_true", help="skip the side-by-side with aiconfigurator-core")
+    parser.add_argument("--tool-python", default=None,
+                        help="interpreter with aiconfigurator-core installed (default: this one)")
     args = parser.parse_args(argv)
     systems = None if args.system == "all" else args.system.split(",")
     return run(systems, args.per_table, args.off_lattice, args.frontier, args.seed,
-               set(args.family) if args.family else None, args.tables)
+               set(args.family) if args.family else None, args.tables, "" if args.no_tool else args.tool_python)
 
 
 if __name__ == "__main__":

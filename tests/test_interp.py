@@ -4,6 +4,7 @@ scalar/vector agreement, and properties (hypothesis)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -81,16 +82,15 @@ def test_axis_coordinate_is_the_curvature_that_predicts_the_grid_best(k: float) 
     assert got.latency_ms == pytest.approx(2 * (0.05 + 0.01 * curve(48.0, k)), rel=1e-12)
 
 
-def _line(points: dict[tuple[int, int], float], cell: tuple[int, int], axis: int) -> tuple[tuple, tuple]:
+def _line(points: dict[tuple[int, ...], float], cell: tuple[int, ...], axis: int) -> tuple[tuple, tuple]:
     """The nearest measured cells strictly below and above ``cell`` along ``axis`` (or None)."""
-    other = 1 - axis
-    line = sorted(p for p in points if p[other] == cell[other])
+    line = sorted(p for p in points if all(p[c] == cell[c] for c in range(len(cell)) if c != axis))
     below = [p for p in line if p[axis] < cell[axis]]
     above = [p for p in line if p[axis] > cell[axis]]
     return (below[-1] if below else None), (above[0] if above else None)
 
 
-def _blend(points: dict, cell: tuple[int, int], axis: int, k: float) -> float | None:
+def _blend(points: dict, cell: tuple[int, ...], axis: int, k: float) -> float | None:
     lo, hi = _line(points, cell, axis)
     if lo is None or hi is None:
         return None
@@ -98,7 +98,7 @@ def _blend(points: dict, cell: tuple[int, int], axis: int, k: float) -> float | 
     return points[lo] + (u(cell) - u(lo)) / (u(hi) - u(lo)) * (points[hi] - points[lo])
 
 
-def _loo(points: dict, cell: tuple[int, int] | None, axis: int, k: float) -> float | None:
+def _loo(points: dict, cell: tuple[int, ...] | None, axis: int, k: float) -> float | None:
     """Leave-one-out error of the axis blend at a measured cell (its own nearest neighbours)."""
     if cell is None or cell not in points:
         return None
@@ -106,9 +106,44 @@ def _loo(points: dict, cell: tuple[int, int] | None, axis: int, k: float) -> flo
     return None if est is None else abs(est / points[cell] - 1.0)
 
 
-def _mean(values: list[float | None]) -> float | None:
-    kept = [v for v in values if v is not None]
-    return sum(kept) / len(kept) if kept else None
+def _median(values: list[float | None]) -> float | None:
+    kept = sorted(v for v in values if v is not None)
+    if not kept:
+        return None
+    return 0.5 * (kept[(len(kept) - 1) // 2] + kept[len(kept) // 2])
+
+
+def _hand_fill(points: dict, lattice: tuple[tuple[int, ...], ...], hole: tuple[int, ...],
+               curvature: list[float]) -> float:
+    """The documented fill of a missing cell, by hand: every axis that brackets it gives its
+    blend, weighted by ``(e^2 + 0.005^2)^-2``, ``e`` the median of the blend's leave-one-out
+    errors at the two bracket ends and at the cells one step away along the other axes (sides
+    and diagonals), and at least the smaller of the two ends' errors where both have one."""
+    num = den = 0.0
+    for axis in range(len(hole)):
+        k = curvature[axis]
+        est = _blend(points, hole, axis, k)
+        if est is None:
+            continue
+        lo, hi = _line(points, hole, axis)
+        ends = [_loo(points, lo, axis, k), _loo(points, hi, axis, k)]
+        evidence = list(ends)
+        others = [c for c in range(len(hole)) if c != axis and len(lattice[c]) > 1]
+        for steps in itertools.product((-1, 0, 1), repeat=len(others)):
+            if not any(steps):
+                continue
+            cell = list(hole)
+            for c, step in zip(others, steps):
+                j = lattice[c].index(hole[c]) + step
+                cell[c] = lattice[c][j] if 0 <= j < len(lattice[c]) else None
+            evidence.append(None if None in cell else _loo(points, tuple(cell), axis, k))
+        err = _median(evidence)
+        if None not in ends:
+            err = max(err, min(ends))
+        err = 1.0 if err is None else err
+        w = (err * err + 0.005 ** 2) ** -2
+        num, den = num + w * est, den + w
+    return num / den
 
 
 def test_ragged_hole_combines_the_axis_estimates_weighted_by_their_errors_nearby() -> None:
@@ -118,30 +153,66 @@ def test_ragged_hole_combines_the_axis_estimates_weighted_by_their_errors_nearby
     g = make(pts)
     hole = (4, 64)
     assert g.state[BATCH.index(4), ISL.index(64)] == INTERPOLATED_CELL
-    lattice = (BATCH, ISL)
-    num = den = 0.0
-    for axis in (0, 1):
-        k = g.curvature[axis]
-        est = _blend(pts, hole, axis, k)
-        lo, hi = _line(pts, hole, axis)
-        line = _mean([_loo(pts, lo, axis, k), _loo(pts, hi, axis, k)])  # at the bracket ends
-        other = 1 - axis
-        j = lattice[other].index(hole[other])
-        side = []
-        for step in (-1, 1):  # the same blend one line over, along the other axis
-            if 0 <= j + step < len(lattice[other]):
-                cell = list(hole)
-                cell[other] = lattice[other][j + step]
-                side.append(_loo(pts, tuple(cell), axis, k))
-        err = _mean([line, _mean(side)])
-        w = 1.0 / (err * err + 0.005 ** 2)
-        num, den = num + w * est, den + w
     hit = g.lookup(list(hole))
     assert hit.kind == INTERPOLATED
-    assert hit.latency_ms == pytest.approx(num / den, rel=1e-12)
+    assert hit.latency_ms == pytest.approx(_hand_fill(pts, (BATCH, ISL), hole, g.curvature), rel=1e-12)
     # the two axes disagree, and the answer lies between them
     along = sorted(_blend(pts, hole, a, g.curvature[a]) for a in (0, 1))
     assert along[0] < hit.latency_ms < along[1]
+
+
+def test_hole_evidence_includes_the_diagonal_neighbours_in_three_axes() -> None:
+    heads, batch, isl = (8, 16, 32, 64), BATCH, ISL
+    pts = {(h, b, s): 0.001 * h * b * s ** 1.2 + 0.05 + 0.003 * ((5 * h + 7 * b + 3 * s) % 7)
+           for h in heads for b in batch for s in isl}
+    hole = (16, 4, 64)
+    del pts[hole]
+    keys = sorted(pts)
+    g = Grid(("num_heads", "batch_size", "isl"), {a: np.array([k[i] for k in keys]) for i, a in
+                                                   enumerate(("num_heads", "batch_size", "isl"))},
+             np.array([pts[k] for k in keys]), lambda v: v[0] * v[1] * v[2] * v[2], heads_axis="num_heads")
+    hit = g.lookup(list(hole))
+    assert hit.kind == INTERPOLATED
+    assert hit.latency_ms == pytest.approx(_hand_fill(pts, (heads, batch, isl), hole, g.curvature), rel=1e-12)
+
+
+def test_one_outlier_nearby_does_not_decide_the_weights() -> None:
+    # linear in batch, a kink along isl (its blend across the hole is far off), and one spike
+    # (+30 %) at (4, 128): one line over from the hole along isl, so it is among the evidence
+    # of the batch blend. Four values of evidence, one of them the spike: their median says
+    # the batch blend is exact here (it is), and the answer is the batch blend.
+    kink = {16: 16.0, 32: 32.0, 64: 64.0, 128: 400.0}
+    pts = {(b, s): 0.01 * b * kink[s] + 0.1 for b in BATCH for s in ISL}
+    hole = (4, 64)
+    truth = pts.pop(hole)
+    pts[(4, 128)] *= 1.3
+    g = make(pts)
+    assert g.curvature[0] == 0.0
+    assert _blend(pts, hole, 0, 0.0) == pytest.approx(truth, rel=1e-12)  # along batch: exact
+    assert abs(_blend(pts, hole, 1, g.curvature[1]) / truth - 1.0) > 0.5  # along isl: far off
+    assert _loo(pts, (4, 128), 0, 0.0) > 0.2  # the spike, seen by the batch blend
+    got = g.lookup(list(hole)).latency_ms
+    assert got == pytest.approx(_hand_fill(pts, (BATCH, ISL), hole, g.curvature), rel=1e-12)
+    assert got == pytest.approx(truth, rel=1e-4)
+
+
+def test_a_blend_through_a_spike_gets_no_trust() -> None:
+    # a gross outlier (x25) bracketing the hole along isl: both bracket ends are then off their
+    # own line (each is predicted through the other), so the isl blend's error is at least
+    # that, however well the same blend does one line over; the batch blend answers
+    isl = (16, 32, 64, 128, 256)
+    pts = {(b, s): 0.01 * b * s + 0.1 for b in BATCH for s in isl}
+    hole = (4, 64)
+    truth = pts.pop(hole)
+    pts[(4, 32)] *= 25.0
+    g = make(pts)
+    k = g.curvature[1]
+    assert _blend(pts, hole, 1, k) / truth > 3.0  # along isl, through the spike
+    ends = [_loo(pts, (4, 32), 1, k), _loo(pts, (4, 128), 1, k)]
+    assert None not in ends and min(ends) > 0.5
+    got = g.lookup(list(hole)).latency_ms
+    assert got == pytest.approx(_hand_fill(pts, (BATCH, isl), hole, g.curvature), rel=1e-12)
+    assert got == pytest.approx(truth, rel=1e-3)
 
 
 def test_missing_corner_is_extrapolated_by_roofline_and_labelled() -> None:

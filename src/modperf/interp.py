@@ -23,12 +23,20 @@ sweeps differ per isl), so lattice cells come in four states:
 ``INTERPOLATED``   missing, but bracketed along one or more axes by measured points of its own
                    line. Each such axis gives an estimate: the blend between the nearest
                    measured cell on either side. The estimates are averaged, each weighted by
-                   ``1 / (e^2 + 0.005^2)`` where ``e`` is that axis blend's expected relative
-                   error here: the mean of (i) its leave-one-out error at the two bracket ends
-                   (each predicted from its own nearest measured neighbours along the axis)
-                   and (ii) its mean leave-one-out error at the measured cells adjacent to the
-                   missing one along the other axes (the same blend, one line over). An axis
-                   with neither gets ``e = 1``.
+                   ``(e^2 + 0.005^2)^-2`` where ``e`` is that axis blend's expected relative
+                   error here: the *median* of its leave-one-out errors at (i) the two bracket
+                   ends (each predicted from its own nearest measured neighbours along the
+                   axis) and (ii) the measured cells one step away along the other axes, sides
+                   and diagonals (the same blend, one line over); but never below the smaller
+                   of the two ends' errors where both have one. An axis with no such evidence
+                   gets ``e = 1``. The median keeps one outlier measurement nearby from
+                   deciding the weights (a spike among the evidence would otherwise make every
+                   axis look bad, the good one included); the floor keeps a spike *in the
+                   bracket* from being outvoted: it throws both ends off their line (each end
+                   is predicted through the other), and a blend through it is then bad
+                   whatever the lines nearby say. The exponent (-2 on the squared error, i.e.
+                   inverse variance squared) leans on the best-supported axis, since a handful
+                   of residuals estimate each ``e`` only roughly.
 ``EXTRAPOLATED``   not bracketed along any axis: filled from the nearest covered cell along an
                    axis line by holding its roofline utilisation (see :mod:`modperf.roofline`),
                    with its *extrapolation distance* (octaves of value + 1, summed along the
@@ -50,6 +58,7 @@ the scalar one operation for operation: its answers are the same bit for bit.
 
 from __future__ import annotations
 
+import itertools
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
@@ -78,6 +87,10 @@ CURVATURES = (0.0, *(s * 4.0 ** -j for j in range(10, -1, -1) for s in (1.0, -1.
 #: Relative error added (in quadrature) to every axis's expected error when a missing cell
 #: combines its axis estimates: no axis is trusted beyond measurement noise (about 0.5 %).
 _ERROR_FLOOR = 0.005
+
+#: A missing cell's axis estimates are averaged with weights ``(e^2 + floor^2)^-power``, ``e``
+#: the axis blend's expected relative error there (module doc).
+_WEIGHT_POWER = 2.0
 
 #: Leave-one-out errors above this count as this much when a curvature is fitted (one broken
 #: measurement must not choose the coordinate of a whole grid).
@@ -178,7 +191,7 @@ class Grid:
             if found is None:
                 continue
             missing, est, err = found
-            w = 1.0 / (err * err + _ERROR_FLOOR * _ERROR_FLOOR)
+            w = (err * err + _ERROR_FLOOR * _ERROR_FLOOR) ** -_WEIGHT_POWER
             num[missing] += est * w
             den[missing] += w
         interior = den > 0
@@ -256,20 +269,14 @@ class Grid:
         r = np.abs(est[fit] / y[fit] - 1.0)
         resid[rows[fit]] = np.where(np.isfinite(r), r, np.nan)
         m_rows = rows[missing]
-        # (i) at the bracket ends (for a missing cell they bracket each other)
-        line = _nanmean(np.stack([resid[fp[missing]], resid[fn[missing]]]))
-        # (ii) at the neighbouring cells along the other axes (the same blend, one line over)
-        side = []
-        for c in range(len(shape)):
-            if c == a or shape[c] < 2:
-                continue
-            sc = self.strides[c]
-            at = (m_rows // sc) % shape[c]
-            for step in (1, -1):
-                ok = (at + step >= 0) & (at + step < shape[c])
-                side.append(np.where(ok, resid[np.where(ok, m_rows + step * sc, 0)], np.nan))
-        near = _nanmean(np.stack(side)) if side else np.full(m_rows.size, np.nan)
-        err = _nanmean(np.stack([line, near]))
+        # (i) at the bracket ends (for a missing cell they bracket each other) and (ii) at the
+        # cells one step away along the other axes, sides and diagonals (the same blend, one
+        # line over); their median, but never below the smaller of the two ends' errors (when
+        # both ends are off their line, the blend through them is, whatever the lines nearby)
+        ends = np.stack([resid[fp[missing]], resid[fn[missing]]])
+        err = _nanmedian(np.concatenate([ends, _neighbour_values(resid.reshape(shape), a, m_rows)]))
+        both = np.isfinite(ends).all(axis=0)
+        err = np.where(both, np.fmax(err, np.where(both, ends.min(axis=0), 0.0)), err)
         err = np.where(np.isfinite(err), err, 1.0)
         return m_rows, est[missing], err
 
@@ -663,12 +670,39 @@ def _along(values: np.ndarray, axis: int, shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(values.reshape(view), shape)
 
 
-def _nanmean(stack: np.ndarray) -> np.ndarray:
-    """Mean over the first axis ignoring NaN; NaN where every entry is NaN (no warning)."""
-    ok = np.isfinite(stack)
-    count = ok.sum(axis=0)
-    total = np.where(ok, stack, 0.0).sum(axis=0)
-    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+def _nanmedian(stack: np.ndarray) -> np.ndarray:
+    """Median over the first axis ignoring NaN (an even count: the mean of the two middle
+    values); NaN where every entry is NaN (no warning)."""
+    count = np.isfinite(stack).sum(axis=0)
+    ordered = np.sort(stack, axis=0)  # NaN last
+    lo = np.take_along_axis(ordered, np.maximum((count - 1) // 2, 0)[None], axis=0)[0]
+    hi = np.take_along_axis(ordered, (count // 2)[None], axis=0)[0]
+    return np.where(count > 0, 0.5 * (lo + hi), np.nan)
+
+
+def _neighbour_values(values: np.ndarray, axis: int, cells: np.ndarray) -> np.ndarray:
+    """(neighbours, cells): ``values`` (one per lattice cell) at the cells one step away from
+    each of ``cells`` (flat indices) along any of the other axes, sides and diagonals, with
+    ``axis`` held; NaN past the edge. Axes of one value do not move."""
+    moving = [c for c in range(values.ndim) if c != axis and values.shape[c] > 1]
+    if not moving:
+        return np.zeros((0, cells.size))
+    index = np.unravel_index(cells, values.shape)
+    flat = values.ravel()
+    strides = _strides(values.shape)
+    out = []
+    for steps in itertools.product((-1, 0, 1), repeat=len(moving)):
+        if not any(steps):
+            continue
+        ok = np.ones(cells.size, dtype=bool)
+        at = cells.copy()
+        for c, step in zip(moving, steps):
+            if step:
+                j = index[c] + step
+                ok &= (j >= 0) & (j < values.shape[c])
+                at += step * strides[c]
+        out.append(np.where(ok, flat[np.where(ok, at, 0)], np.nan))
+    return np.stack(out)
 
 
 def _shifted(values: np.ndarray, axis: int, step: int) -> np.ndarray:

@@ -71,10 +71,12 @@ class Database:
         Python name: an unknown one is a QueryFieldError like any other."""
         return self.queries.query(fields)
 
-    def answer(self, fields: Mapping[str, Any], *, quality: bool = True) -> Answer:
+    def answer(self, fields: Mapping[str, Any], *, quality: bool = True, diagnose: bool = True) -> Answer:
         """``query`` with the fields as a mapping; ``quality=False`` skips the quality notes
-        (model-level estimates, which make many queries, list them per table instead)."""
-        return self.queries.query(fields, quality=quality)
+        (model-level estimates, which make many queries, list them per table instead);
+        ``diagnose=False`` refuses a point outside the grid without naming the nearest measured
+        points (cheap: for callers trying several kernels)."""
+        return self.queries.query(fields, quality=quality, diagnose=diagnose)
 
     def query_many(self, /, **fields: Any) -> Latencies:
         """Vectorised: numpy arrays for the numeric axes (batch_size, isl, step, num_tokens, and

@@ -313,9 +313,11 @@ class QueryEngine:
 
     # -- single queries ------------------------------------------------------------------
 
-    def query(self, fields: Mapping[str, Any], *, quality: bool | None = None) -> Answer:
+    def query(self, fields: Mapping[str, Any], *, quality: bool | None = None, diagnose: bool = True) -> Answer:
         """One answer; ``quality`` (default: the engine's ``annotate_quality``) lists the quality
-        findings on the measured points it stands on."""
+        findings on the measured points it stands on. ``diagnose=False`` refuses a point outside
+        the grid without searching for the nearest measured points (a caller trying several
+        kernels asks again, diagnosed, only when every one refuses)."""
         plan = self._cached_plan(fields)
         point = self._point(plan, fields)
         if plan.lanes is not None:
@@ -328,6 +330,9 @@ class QueryEngine:
             if name != HEADS:
                 resolved[name] = x
         if found.kind == REFUSED:
+            if not diagnose:
+                raise E.OutOfCoverageError(f"{t.table}: point {dict(zip(grid.axes, point))} lies outside the "
+                                           "measured grid's reach", values={"native": t.native})
             raise self._refusal(plan, point, found)
         extrapolation = None
         if found.distance > 0:

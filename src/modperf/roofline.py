@@ -57,6 +57,17 @@ class GpuSpec:
     intra_node_bw: float = DEFAULT_NODE["intra_node_bw"]
     inter_node_bw: float = DEFAULT_NODE["inter_node_bw"]
     p2p_latency: float = DEFAULT_NODE["p2p_latency"]
+    #: Element-wise ops (norms, activations, embedding rows) are priced as bytes over
+    #: ``mem_bw * mem_bw_scaling`` plus ``mem_latency`` s per kernel: the yaml's
+    #: ``mem_bw_empirical_scaling_factor`` and ``mem_empirical_constant_latency`` (docs/estimate.md).
+    mem_bw_scaling: float = 1.0
+    mem_latency: float = 0.0
+    #: The NCCL release the system runs (``misc.nccl_version``): the slot of its collective tables.
+    nccl_version: str | None = None
+
+    def memory_ms(self, nbytes: float) -> float:
+        """Element-wise roofline: one kernel moving ``nbytes`` through HBM, in ms."""
+        return (nbytes / (self.mem_bw * self.mem_bw_scaling) + self.mem_latency) * 1e3
 
     def peak(self, dtype: str | None) -> float:
         d = (dtype or "").lower()
@@ -82,6 +93,7 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
     """The GPU of ``system`` from ``{systems_dir}/{system}.yaml`` (default: the embedded corpus)."""
     data: dict[str, Any] = {}
     node: dict[str, Any] = {}
+    misc: dict[str, Any] = {}
     if system:
         if systems_dir is None:
             from .catalog import embedded_systems_dir
@@ -98,11 +110,12 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
                 doc = yaml.safe_load(path.read_text()) or {}
                 data = doc.get("gpu") or {}
                 node = doc.get("node") or {}
+                misc = doc.get("misc") or {}
             except yaml.YAMLError:
                 data = {}
     from_file = bool(data.get("bfloat16_tc_flops") and data.get("mem_bw"))
     if not from_file:
-        data, node = DEFAULT_GPU, {}
+        data, node, misc = DEFAULT_GPU, {}, {}
     bf16 = float(data["bfloat16_tc_flops"])
     fp8 = float(data.get("fp8_tc_flops") or bf16)  # A100 has no fp8 units: fp8 runs at bf16 rate
     fp4 = float(data.get("fp4_tc_flops") or fp8)
@@ -110,7 +123,14 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
     nd = {**DEFAULT_NODE, **{k: v for k, v in node.items() if k in DEFAULT_NODE and v}}
     return GpuSpec(system or "default", bf16, fp8, fp4, float(data["mem_bw"]), from_file, int8,
                    int(nd["num_gpus_per_node"]), float(nd["intra_node_bw"]), float(nd["inter_node_bw"]),
-                   float(nd["p2p_latency"]))
+                   float(nd["p2p_latency"]), _positive(data.get("mem_bw_empirical_scaling_factor"), 1.0),
+                   _positive(data.get("mem_empirical_constant_latency"), 0.0),
+                   str(misc["nccl_version"]) if misc.get("nccl_version") is not None else None)
+
+
+def _positive(value: Any, default: float) -> float:
+    """A yaml number that must be positive (an absent or malformed one takes the default)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else default
 
 
 def bytes_of(dtype: str | None) -> float:

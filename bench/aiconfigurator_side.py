@@ -178,6 +178,8 @@ def point_query(keyed: modperf.KeyedTable, db: modperf.Database, b: int, p: int)
         op = {"MlaBmm": {**name, "num_heads": local, "quant_mode": key["bmm_dtype"],
                          "is_pre": key["op_name"] == "mla_gen_pre"}}
         return [op, False, ax["num_tokens"], 1, 0]
+    if not {"batch_size", "isl", "step"} <= set(ax):
+        raise NotDrivable(f"{table}: the bench maps attention, gemm and mla_bmm tables to the tool's ops only")
     b_, isl, step = ax["batch_size"], ax["isl"], ax["step"]
     context = keyed.spec.phase == "context"
     where = [True, b_, isl, step] if context else [False, b_, isl + step, 0]

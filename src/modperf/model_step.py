@@ -51,6 +51,10 @@ ALLTOALL_TABLES = ("moe_a2a", "wideep_deepep_normal", "wideep_deepep_ll")
 #: SMs an all-to-all's high-throughput kernels run on where the table sweeps them: DeepEP's
 #: default (its low-latency kernels are stored at 0).
 DEEPEP_SMS = 20
+#: The moe_dtype names of kernels for one mxfp4 checkpoint (weights mxfp4; activations differ).
+MXFP4_KERNELS = ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")
+#: Axes along which an op's work is a sum of independent parts (docs/estimate.md).
+SPLIT_AXES: dict[str, tuple[str, ...]] = {"gemm": ("m", "n"), "moe": ("num_tokens",)}
 _MISS = (E.NotCoveredError, E.OutOfCoverageError, E.QueryFieldError, E.UnknownTableError)
 _AXES = frozenset({"m", "n", "k", "num_tokens", "batch_size", "isl", "step", "seq_len", "message_size"})
 _SLOT_FIELDS = ("table", "system", "backend", "version", "model", "native_heads")
@@ -325,7 +329,8 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
                                  values={"version": version}, fix="versions: " + ", ".join(order))
     notes: list[str] = []
     covered = [(layer, n) for layer, n, _ in attention if layer.covered]
-    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")}
+    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")
+                or _compose_instead(db, system, backend, layer, by_version, version)}
     attention_tables: list[str] = []
     for layer, _ in covered:
         for t in (COMPOSED_MLA_TABLES if layer in composed else (layer.context_table, layer.generation_table)):
@@ -366,6 +371,33 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
         nccl = gpu.nccl_version if gpu.nccl_version in nccl_versions else nccl_versions[-1]
     return _Plan(db, cfg, system, backend, parallel, gpu, attention, ffn, len(schedule.layers), composed, versions,
                  missing, nccl, dict(dtypes), notes, hidden, vocab)
+
+
+def _compose_instead(db: Database, system: str, backend: str, layer: AttentionLayer,
+                     by_version: Mapping[str, set[str]], version: str | None) -> bool:
+    """An MLA layer is also composed from its parts (each from the nearest version holding it)
+    where no version holds its module tables together with the parts' tables, or where the
+    module tables hold no bucket of the layer's native head count (Kimi-K2.5's 64 heads beside
+    tables measured for DeepSeek's 128): the kernel tables are local-only, so they answer any
+    native whose local count they cover."""
+    if layer.family != "mla_module":
+        return False
+    considered = list(by_version)  # a pinned version pins what it holds; the rest come from the nearest
+    if not all(any(t in by_version.get(v, set()) for v in considered) for t in COMPOSED_MLA_TABLES):
+        return False
+    module = [t for t in (layer.context_table, layer.generation_table) if t]
+    holding = [v for v in considered if set(module) <= by_version.get(v, set())]
+    if not holding:
+        return True
+    newest = max(holding, key=version_key)
+    for table in module:
+        try:
+            keyed = db.table(system, backend, newest, table)
+        except E.ModperfError:
+            return True
+        if keyed.natives and layer.native_heads not in keyed.natives:
+            return True
+    return False
 
 
 def plan_for(db: Database, *, model: str, system: str, backend: str, parallel: Parallel, version: str | None = None,
@@ -489,12 +521,25 @@ class _Pricer:
         return min(answers, key=lambda a: (a.kind == "extrapolated", a.latency_ms))
 
     def op(self, name: str, component: str, count: int, table: str, fields: Mapping[str, Any], **kw: Any) -> None:
-        """One table op (not covered, with the reason, when its query misses)."""
+        """One table op (not covered, with the reason, when its query misses). A point past the
+        largest measured value of an additive axis (GEMM m or n, MoE tokens) is priced as equal
+        parts that are inside the grid, summed: the work splits exactly along those axes, and
+        at those sizes the kernels run at their saturated rate."""
         if count <= 0:
             return
         backend = kw.get("backend") or self.plan.backend
         try:
             a = self.ask(table, fields, **kw)
+        except E.OutOfCoverageError as exc:
+            split = self._split(table, fields, exc, kw)
+            if split is not None:
+                latency, kind, parts, axis, got = split
+                shape = {**dict(fields), "split": f"{parts} x {axis}"}
+                self.ops.append(OpCost(name, component, table, got, kind, latency, count, shape, None, backend))
+                return
+            self.ops.append(OpCost(name, component, table, kw.get("version") or self.plan.versions.get(table),
+                                   NOT_COVERED, None, count, dict(fields), _reason(exc), backend))
+            return
         except _MISS as exc:
             version = kw.get("version") or self.plan.versions.get(table)
             self.ops.append(OpCost(name, component, table, version, NOT_COVERED, None, count, dict(fields),
@@ -502,6 +547,27 @@ class _Pricer:
             return
         shape = {k: v for k, v in a.fields.items() if k not in _SLOT_FIELDS}
         self.ops.append(OpCost(name, component, table, a.version, a.kind, a.latency_ms, count, shape, None, backend))
+
+    def _split(self, table: str, fields: Mapping[str, Any], exc: E.OutOfCoverageError, kw: Mapping[str, Any]
+               ) -> tuple[float, str, int, str, str] | None:
+        outside = exc.values.get("outside_axes") or exc.values.get("axes") or []
+        axes = [a for a in SPLIT_AXES.get(table, ()) if a in fields and (not outside or a in outside)]
+        if not axes:
+            return None
+        axis = max(axes, key=lambda a: int(fields[a]))
+        for parts in (2, 4, 8, 16):
+            value = int(fields[axis])
+            if value < parts:
+                return None
+            piece = -(-value // parts)
+            try:
+                a = self.ask(table, {**fields, axis: piece}, **kw)
+            except E.OutOfCoverageError:
+                continue
+            except _MISS:
+                return None
+            return a.latency_ms * parts, a.kind, parts, axis, str(a.version)
+        return None
 
     def roofline(self, name: str, count: int, nbytes: float, what: str) -> None:
         if count <= 0:
@@ -678,6 +744,18 @@ class _Pricer:
         if quant is not None and "moe_dtype" not in plan.dtypes:
             fields["moe_dtype"] = quant
         self.op(f"{name} experts", "moe", count, "moe", fields)
+        if self.ops[-1].ms is None and quant in MXFP4_KERNELS:
+            # an mxfp4 checkpoint runs on whichever mxfp4 kernel the backend has for the GPU
+            # (activations in bf16 on Hopper, in mxfp8 on Blackwell): the weights are the same
+            missed = self.ops.pop()
+            for other in MXFP4_KERNELS:
+                if other != quant:
+                    self.op(f"{name} experts ({other} kernel)", "moe", count, "moe", {**fields, "moe_dtype": other})
+                    if self.ops[-1].ms is not None:
+                        break
+                    self.ops.pop()
+            else:
+                self.ops.append(missed)
         if block.shared_inter:
             self.dense(f"{name} shared expert", count, block.shared_inter, tokens)
         if par.moe_ep > 1:
@@ -715,6 +793,23 @@ class _Pricer:
             if "sms" in extra and self.ops[-1].ms is None:  # kernels without an SM setting are stored at 0
                 del self.ops[before:]
                 self.op(f"{name} {phase}", "communication", count, table, {**fields, "sms": 0}, prefer=prefer)
+            if self.ops[-1].ms is None:
+                self._gather_scatter(name, phase, count, block, tokens, self.ops.pop())
+
+    def _gather_scatter(self, name: str, phase: str, count: int, block: FfnLayer, tokens: int,
+                        missed: OpCost) -> None:
+        """Dispatch / combine where the all-to-all table has no bucket for this group: the
+        all-gather of the group's tokens before the experts and the reduce-scatter after them
+        (how vLLM's default EP path and TRT-LLM's allgather path move tokens), from the system's
+        NCCL table; the op says so."""
+        par = self.plan.parallel
+        op = "all_gather" if phase == "dispatch" else "reduce_scatter"
+        before = len(self.ops)
+        self.collective(f"{name} {phase} ({op}: {missed.table} has no bucket)", count, op,
+                        tokens * par.attention_dp * block.hidden, par.moe_tp_size * par.moe_ep)
+        if self.ops[-1].ms is None:  # neither answers: keep the all-to-all table's reason
+            del self.ops[before:]
+            self.ops.append(missed)
 
     def allreduce(self, name: str, count: int, elements: int) -> None:
         """All-reduce over the tp group: the backend's custom all-reduce table, else the system's
@@ -743,6 +838,19 @@ class _Pricer:
             return
         self.op(name, "communication", count, "nccl", {"op_name": op, "num_gpus": gpus, "message_size": elements},
                 backend="nccl", version=plan.nccl)
+        missed = self.ops[-1]
+        if missed.ms is None and gpus > 1 and "holds no bucket" in (missed.reason or ""):
+            # a group size the table never measured (a collective across nodes): the ring's
+            # bandwidth roofline over the group's slowest link, plus one hop latency per step
+            self.ops.pop()
+            nbytes = 2.0 * elements  # bfloat16 activations
+            share = 2.0 * (gpus - 1) / gpus if op == "all_reduce" else (gpus - 1) / gpus
+            steps = 2 * (gpus - 1) if op == "all_reduce" else gpus - 1
+            gpu = plan.gpu
+            ms = (share * nbytes / gpu.link_bw(gpus) + steps * gpu.p2p_latency) * 1e3
+            self.ops.append(OpCost(f"{name} (ring roofline: nccl has no {gpus}-GPU {op})", "communication", None,
+                                   None, ROOFLINE, ms, count, {"op_name": op, "num_gpus": gpus,
+                                                               "message_size": elements}, None, "nccl"))
 
 
 # --- the entry point ------------------------------------------------------------------------

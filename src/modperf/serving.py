@@ -280,6 +280,22 @@ def system_memory(system: str, systems_dir: str | None = None) -> SystemMemory:
     return SystemMemory(float(capacity), float(other), str(path))
 
 
-__all__ = ["BACKENDS", "AggInputs", "Backend", "Constants", "DisaggConstants", "DisaggInputs", "PHYSICS_ONLY",
-           "ServingTimes", "aggregated", "backend_of", "chunk_tokens", "chunks", "disaggregated", "kv_budget_bytes",
-           "mean_kv", "packed_requests", "system_memory"]
+__all__ = [
+    "BACKENDS",
+    "PHYSICS_ONLY",
+    "AggInputs",
+    "Backend",
+    "Constants",
+    "DisaggConstants",
+    "DisaggInputs",
+    "ServingTimes",
+    "aggregated",
+    "backend_of",
+    "chunk_tokens",
+    "chunks",
+    "disaggregated",
+    "kv_budget_bytes",
+    "mean_kv",
+    "packed_requests",
+    "system_memory",
+]

@@ -21,6 +21,7 @@ from . import (  # noqa: E402,F401  (imported after app exists, for their comman
     estimate_cmd,
     ls_cmd,
     migrate_cmd,
+    predict_cmd,
     query_cmd,
 )
 

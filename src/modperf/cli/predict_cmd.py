@@ -1,0 +1,169 @@
+"""``modperf predict``: TTFT and TPOT of a deployment, or of JSON lines of them."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .. import errors as E
+from ..batch import error_line, parse_line, read_lines
+from ..db import Database
+from ..jsonio import dumps
+from ..predict import Prediction, deployment_from_row, predict
+from . import app
+from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
+from .query_cmd import _open_batch
+
+
+def _opt(name: str, help_text: str) -> Any:
+    return typer.Option(name, help=help_text, show_default=False)
+
+
+def print_prediction(p: Prediction) -> None:
+    d = p.deployment
+    head = Table(title=escape(f"{d.model} on {d.system} {d.backend} ({d.mode}, isl {d.isl}, osl {d.osl})"),
+                 show_header=False)
+    head.add_column("", no_wrap=True)
+    head.add_column("", justify="right", no_wrap=True)
+    head.add_row("TTFT ms", f"[bold]{p.ttft_ms:.1f}[/]")
+    head.add_row("TPOT ms", f"[bold]{p.tpot_ms:.2f}[/]")
+    head.add_row("tokens/s per user", f"{p.tokens_per_s_per_user:.1f}")
+    head.add_row("tokens/s per GPU", f"{p.tokens_per_s_per_gpu:.1f}")
+    head.add_row("GPUs", str(p.gpus))
+    for name in ("requests_per_s_per_rank", "prefill_utilisation", "queue_ms", "admission_wait_ms",
+                 "kv_transfer_ms"):
+        if name in p.serving:
+            head.add_row(name.replace("_", " "), f"{p.serving[name]:.3f}")
+    if "capacity_bound" in p.serving:
+        head.add_row("prefill capacity decides TTFT", "yes" if p.serving["capacity_bound"] else "no")
+    console.print(head)
+    steps = Table(title="engine steps (ms)")
+    steps.add_column("step", no_wrap=True)
+    steps.add_column("ms", justify="right")
+    steps.add_column("shape")
+    for name, step in p.steps.items():
+        shape = ", ".join(f"{k} {v}" for k, v in step.items() if k not in ("ms", "components"))
+        steps.add_row(name, f"{step['ms']:.3f}", escape(shape))
+    console.print(steps)
+    decode = p.steps.get("decode", {}).get("components") or {}
+    if decode:
+        console.print("decode step by component: " + ", ".join(f"{k} {v:.3f}" for k, v in decode.items()),
+                      style="dim")
+    prov = p.provenance
+    console.print("versions: " + ", ".join(f"{t} {v}" for t, v in prov["versions"].items()), style="dim",
+                  soft_wrap=True)
+    console.print("ops by kind: " + ", ".join(f"{n} {k}" for k, n in prov["kinds"].items()), style="dim")
+    console.print(f"constants: {escape(p.serving['constants']['source'])}", style="dim", soft_wrap=True)
+    for note in p.notes:
+        console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
+
+
+def _batch_size_or_file(value: str | None) -> tuple[int | None, str | None]:
+    """``--batch N`` is the batch size; ``--batch FILE`` or ``--batch -`` reads JSON lines."""
+    if value is None:
+        return None, None
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        return int(text), None
+    return None, value
+
+
+@app.command("predict")
+@handles_errors
+def predict_command(
+    model: Annotated[str | None, _opt("--model", "HF model id (ORG/NAME, or ORG/NAME@DTYPE served variant).")] = None,
+    system: Annotated[str | None, _opt("--system", "System, e.g. h200_sxm.")] = None,
+    backend: Annotated[str | None, _opt("--backend", "sglang, vllm or trtllm.")] = None,
+    version: Annotated[str | None, _opt("--version", "Backend version (default: the newest the corpus holds, "
+                                                     "per table).")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="agg or disagg.")] = "agg",
+    isl: Annotated[int | None, _opt("--isl", "Input tokens per request.")] = None,
+    osl: Annotated[int | None, _opt("--osl", "Output tokens per request.")] = None,
+    batch: Annotated[str | None, _opt(
+        "--batch", "Concurrent requests per attention-DP rank (agg); or a JSON-lines FILE (- for stdin) of "
+                   "silicon_sample.csv rows, answered one JSON line each.")] = None,
+    tp: Annotated[int | None, _opt("--tp", "Tensor-parallel ranks per worker (agg).")] = None,
+    moe_tp: Annotated[int | None, _opt("--moe-tp", "MoE tensor-parallel ranks (default: GPUs / moe-ep).")] = None,
+    moe_ep: Annotated[int | None, _opt("--moe-ep", "MoE expert-parallel ranks (default 1).")] = None,
+    attention_dp: Annotated[int | None, _opt("--attention-dp", "Attention data-parallel ranks (default 1).")] = None,
+    pp: Annotated[int | None, _opt("--pp", "Pipeline stages (default 1).")] = None,
+    gemm_quant: Annotated[str | None, _opt("--gemm-quant", "GEMM dtype served (default: the checkpoint's).")] = None,
+    moe_quant: Annotated[str | None, _opt("--moe-quant", "MoE dtype served (default: the checkpoint's).")] = None,
+    prefill_batch: Annotated[int | None, _opt("--prefill-batch", "disagg: requests per prefill step.")] = None,
+    prefill_workers: Annotated[int | None, _opt("--prefill-workers", "disagg: prefill workers.")] = None,
+    prefill_tp: Annotated[int | None, _opt("--prefill-tp", "disagg: prefill tp.")] = None,
+    prefill_moe_tp: Annotated[int | None, _opt("--prefill-moe-tp", "disagg: prefill MoE tp.")] = None,
+    prefill_moe_ep: Annotated[int | None, _opt("--prefill-moe-ep", "disagg: prefill MoE ep.")] = None,
+    prefill_attention_dp: Annotated[int | None, _opt("--prefill-attention-dp", "disagg: prefill DP.")] = None,
+    decode_batch: Annotated[int | None, _opt("--decode-batch", "disagg: requests per decode rank.")] = None,
+    decode_workers: Annotated[int | None, _opt("--decode-workers", "disagg: decode workers.")] = None,
+    decode_tp: Annotated[int | None, _opt("--decode-tp", "disagg: decode tp.")] = None,
+    decode_moe_tp: Annotated[int | None, _opt("--decode-moe-tp", "disagg: decode MoE tp.")] = None,
+    decode_moe_ep: Annotated[int | None, _opt("--decode-moe-ep", "disagg: decode MoE ep.")] = None,
+    decode_attention_dp: Annotated[int | None, _opt("--decode-attention-dp", "disagg: decode DP.")] = None,
+    physics_only: Annotated[bool, typer.Option(
+        "--physics-only", help="Use the op tables' step times as they are (no fitted constants).")] = False,
+    data_root: DataRootOpt = None,
+    model_configs: ModelConfigsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Predict TTFT and TPOT of one deployment (docs/serving.md), or of JSON lines of them.
+
+    Exit codes: 0 answered (every line, with a batch file), 1 not covered (or any batch line
+    failed), 2 usage errors.
+    """
+    batch_size, batch_file = _batch_size_or_file(batch)
+    db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
+    if batch_file is not None:
+        raise typer.Exit(_run_batch(db, batch_file, fitted=not physics_only))
+    row: dict[str, Any] = {
+        "model_path": model, "system": system, "backend": backend, "backend_version": version, "mode": mode,
+        "isl": isl, "osl": osl, "gemm_quant_mode": gemm_quant, "moe_quant_mode": moe_quant,
+        "batch_size": batch_size, "tp_size": tp, "pp_size": pp, "attention_dp_size": attention_dp,
+        "moe_tp_size": moe_tp, "moe_ep_size": moe_ep,
+        "prefill_batch_size": prefill_batch, "prefill_num_workers": prefill_workers, "prefill_tp_size": prefill_tp,
+        "prefill_moe_tp_size": prefill_moe_tp, "prefill_moe_ep_size": prefill_moe_ep,
+        "prefill_attention_dp_size": prefill_attention_dp, "decode_batch_size": decode_batch,
+        "decode_num_workers": decode_workers, "decode_tp_size": decode_tp, "decode_moe_tp_size": decode_moe_tp,
+        "decode_moe_ep_size": decode_moe_ep, "decode_attention_dp_size": decode_attention_dp}
+    missing = [f"--{n}" for n, v in (("model", model), ("system", system), ("backend", backend), ("isl", isl),
+                                     ("osl", osl)) if v is None]
+    if missing:
+        raise E.UsageError(f"missing {', '.join(missing)}", values={"missing": missing},
+                           fix="modperf predict --model M --system S --backend B --isl N --osl N --batch N --tp N")
+    dep = deployment_from_row({k: v for k, v in row.items() if v is not None})  # a bad value: QueryFieldError, exit 2
+    result = predict(db, dep, fitted=not physics_only)
+    if json_out:
+        emit_json(result.to_dict())
+    else:
+        print_prediction(result)
+
+
+def _run_batch(db: Database, path: str, *, fitted: bool) -> int:
+    stream = _open_batch(path)
+    failed = 0
+    try:
+        for number, line in enumerate(read_lines(stream), 1):
+            row_id: Any = None
+            try:
+                row = parse_line(number, line)
+                if row is None:
+                    continue
+                row_id = row.get("id")
+                out = predict(db, deployment_from_row(row), fitted=fitted).to_dict()
+            except Exception as exc:  # a bad line never stops the batch
+                failed += 1
+                out = {"id": row_id if isinstance(row_id, str) else None, **error_line(exc)}
+            sys.stdout.write(dumps(out) + "\n")
+            sys.stdout.flush()
+    except OSError as exc:
+        raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=path,
+                                fix="pass a readable file of JSON lines, or - for stdin") from exc
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    return 1 if failed else 0

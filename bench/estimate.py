@@ -53,7 +53,52 @@ def main() -> None:
         print(f"{model:<32} {system + '/' + backend:<18} {layers:>6} {1e3 * statistics.median(runs):>15.2f} "
               f"{1e3 * runs[int(0.9 * (len(runs) - 1))]:>12.2f} {1e3 * first:>14.1f} {statistics.median(cold):>11.2f}")
     print("goals: warm 4-tp estimate of a 61-layer model < 0.5 s; cold command < 2 s (median of 5 fresh processes)")
+    whole_model(args.repeat)
     composed_agreement()
+
+
+#: The whole model's step (scope model): four tp sizes, a prefill and a decode step each.
+WHOLE = [
+    ("deepseek-ai/DeepSeek-V3", "h200_sxm", "vllm"),
+    ("Qwen/Qwen3.5-397B-A17B", "h200_sxm", "sglang"),
+    ("meta-llama/Meta-Llama-3.1-70B", "h200_sxm", "trtllm"),
+]
+
+
+def whole_model(repeat: int) -> None:
+    from modperf.model_step import DecodePart, Parallel, SeqChunk, step_cost
+
+    print()
+    print(f"{'whole model (scope model)':<32} {'system/backend':<18} {'warm 4 tp ms':>13} {'warm p90 ms':>12} "
+          f"{'first ms':>9} {'cold cmd s':>11}")
+    for model, system, backend in WHOLE:
+        db = modperf.open()
+
+        def four() -> None:
+            for tp in (1, 2, 4, 8):
+                par = Parallel(tp=tp)
+                step_cost(db, model=model, system=system, backend=backend, parallel=par, prefill=SeqChunk(4, 2048))
+                step_cost(db, model=model, system=system, backend=backend, parallel=par, decode=DecodePart(4, 2560))
+
+        t0 = time.perf_counter()
+        four()
+        first = time.perf_counter() - t0
+        runs = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            four()
+            runs.append(time.perf_counter() - t0)
+        runs.sort()
+        cold = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "modperf", "estimate", "--scope", "model", "--model", model,
+                            "--system", system, "--backend", backend, "--tp", "1,2,4,8", "--isl", "2048", "--osl",
+                            "1024", "--batch", "4", "--json"], capture_output=True)
+            cold.append(time.perf_counter() - t0)
+        print(f"{model:<32} {system + '/' + backend:<18} {1e3 * statistics.median(runs):>13.2f} "
+              f"{1e3 * runs[int(0.9 * (len(runs) - 1))]:>12.2f} {1e3 * first:>9.1f} {statistics.median(cold):>11.2f}")
+    print("goals: whole model, prefill + decode at 4 tp sizes warm < 50 ms; cold `modperf estimate` < 2 s")
 
 
 #: Where MLA module tables and the kernel, bmm and GEMM tables they can be composed from coexist.

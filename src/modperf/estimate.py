@@ -52,6 +52,7 @@ from .versions import version_key
 
 if TYPE_CHECKING:
     from .db import Database
+    from .model_step import ModelEstimate
     from .models import ModelConfig
     from .query import Answer
 
@@ -482,8 +483,17 @@ def estimate(
     decode_mean: bool = False,
     allow_substitute: bool = False,
     mla: str = "auto",
-) -> Estimate:
-    """Attention cost of ``model`` per prefill and per decode step at each tp (module doc)."""
+    scope: str = "attention",
+    moe_tp: int | None = None,
+    moe_ep: int = 1,
+    attention_dp: int = 1,
+) -> Estimate | ModelEstimate:
+    """Attention cost of ``model`` per prefill and per decode step at each tp (module doc), or
+    with ``scope="model"`` the whole model's step (:func:`modperf.model_step.model_estimate`,
+    a :class:`~modperf.model_step.ModelEstimate`)."""
+    if scope not in ("attention", "model"):
+        raise E.UsageError(f"scope must be model or attention, not {E.quote(scope)}", values={"scope": scope},
+                           fix="model prices every op of a step; attention the attention blocks")
     start = time.perf_counter()
     for name, value in (("isl", isl), ("osl", osl), ("batch", batch), ("prefix", prefix),
                         ("decode_kv", decode_kv if decode_kv is not None else 1)):
@@ -497,6 +507,22 @@ def estimate(
         raise E.UsageError(f"a sequence (prefix + isl, isl + osl) is at most {limits.TOKENS.high:,} tokens",
                            values={"prefix": prefix, "isl": isl, "osl": osl}, fix="shorten isl, osl or prefix")
     tp_list = validate_tps(tps)
+    if scope == "model":
+        unsupported = [name for name, given in (("kernel_sources", kernel_sources), ("decode_mean", decode_mean),
+                                                ("allow_substitute", allow_substitute), ("mla", mla != "auto"))
+                       if given]
+        if unsupported:
+            raise E.UsageError(f"{', '.join(unsupported)} apply to scope attention only", values={"scope": scope},
+                               fix="drop them, or pass --scope attention")
+        from .model_step import model_estimate  # same layer; imported here, model_step builds on this module
+
+        return model_estimate(db, model=model, system=system, backend=backend, tps=tp_list, isl=isl, osl=osl,
+                              batch=batch, prefix=prefix, decode_kv=decode_kv, version=version, dtypes=dtypes,
+                              moe_tp=moe_tp, moe_ep=moe_ep, attention_dp=attention_dp)
+    if (moe_tp, moe_ep, attention_dp) != (None, 1, 1):
+        raise E.UsageError("moe_tp, moe_ep and attention_dp apply to scope model only",
+                           values={"moe_tp": moe_tp, "moe_ep": moe_ep, "attention_dp": attention_dp},
+                           fix="pass --scope model")
     config = db.models.get(model)
     schedule = layer_schedule(config)
     covered = [(layer, n) for layer, n in schedule.groups() if layer.covered]

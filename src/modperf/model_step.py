@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 #: The components every step reports, in this order; they sum to the total.
 COMPONENTS = ("attention", "gemm", "moe", "communication", "other")
 ROOFLINE, NOT_COVERED = "roofline", "not_covered"
+#: What an op's number is: a table's answer (exact, interpolated, extrapolated), the system's
+#: bandwidth roofline, or nothing (not covered, with its reason).
+OP_KINDS = ("exact", "interpolated", "extrapolated", ROOFLINE, NOT_COVERED)
 #: Dtype columns a caller may set besides the attention ones: the routed experts' dtype.
 STEP_DTYPE_COLUMNS = (*DTYPE_COLUMNS, "moe_dtype")
 #: Where a table measured several routing distributions, the one a step takes (real routers are
@@ -887,7 +890,7 @@ def step_cost(db: Database, *, model: str, system: str, backend: str, parallel: 
     versions: dict[str, str] = {}
     for op in pricer.ops:
         if op.table is not None and op.version is not None:
-            versions.setdefault(op.table if op.backend == plan.backend else f"{op.backend}/{op.table}", op.version)
+            versions.setdefault(op.table, op.version)  # nccl / oneccl tables live under their library only
     return StepCost(plan.model, system, backend, parallel, prefill, decode, pricer.ops, versions,
                     [*plan.notes, *pricer.notes])
 
@@ -969,5 +972,5 @@ def model_estimate(db: Database, *, model: str, system: str, backend: str, tps: 
                          time.perf_counter() - start)
 
 
-__all__ = ["COMPONENTS", "DecodePart", "ModelEstimate", "ModelTpEstimate", "OpCost", "Parallel", "SeqChunk",
+__all__ = ["COMPONENTS", "OP_KINDS", "DecodePart", "ModelEstimate", "ModelTpEstimate", "OpCost", "Parallel", "SeqChunk",
            "StepCost", "model_estimate", "plan_for", "step_cost"]

@@ -6,7 +6,7 @@ from modperf.cli import app
 
 runner = CliRunner()
 KIMI = ["estimate", "--model", "moonshotai/Kimi-K3", "--system", "gb300", "--backend", "vllm", "--isl", "2048",
-        "--osl", "128", "--batch", "4"]
+        "--osl", "128", "--batch", "4", "--scope", "attention"]
 
 
 def test_estimate_table(db):
@@ -48,7 +48,7 @@ def test_estimate_errors_exit_2_with_a_message():
 
 def test_missing_native_exit_1_then_substitute():
     args = ["estimate", "--model", "moonshotai/Kimi-K2-Instruct", "--system", "h200_sxm", "--backend", "vllm",
-            "--isl", "1024", "--osl", "64", "--batch", "2", "--tp", "8"]
+            "--isl", "1024", "--osl", "64", "--batch", "2", "--tp", "8", "--scope", "attention"]
     refused = runner.invoke(app, args)
     assert refused.exit_code == 1 and "error (not_covered)" in refused.stderr
     allowed = runner.invoke(app, [*args, "--allow-substitute"], env={"COLUMNS": "250"})
@@ -59,9 +59,59 @@ def test_missing_native_exit_1_then_substitute():
 
 def test_a_phase_out_of_coverage_prints_the_rest_and_exits_1():
     args = ["estimate", "--model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--backend", "vllm", "--isl", "4095",
-            "--osl", "512", "--batch", "64", "--tp", "1,2"]
+            "--osl", "512", "--batch", "64", "--tp", "1,2", "--scope", "attention"]
     result = runner.invoke(app, args)
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "not covered" in result.stdout and "decode step (kv 4351)" in result.stdout
     doc = json.loads(runner.invoke(app, [*args, "--json", "--decode-kv", "1024"]).stdout)
     assert doc["decode_kv"] == 1024 and doc["tps"][1]["decode_ms"] > 0 and doc["tps"][1]["prefill_ms"] is None
+
+
+V3 = ["estimate", "--model", "deepseek-ai/DeepSeek-V3", "--system", "h200_sxm", "--backend", "vllm", "--isl", "1024",
+      "--osl", "256", "--batch", "4"]
+
+
+def test_scope_model_is_the_default_one_column_per_tp(db):
+    result = runner.invoke(app, [*V3, "--tp", "4,8"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "whole model per prefill and per decode step" in out and "tp=4" in out and "tp=8" in out
+    for row in ("prefill attention", "prefill gemm", "prefill moe", "prefill communication", "prefill other",
+                "decode moe", "decode step (kv 1152)"):
+        assert row in out
+    assert "versions: custom_allreduce 0.24.0, gemm 0.24.0" in out
+
+
+def test_scope_model_json_fields(db):
+    result = runner.invoke(app, [*V3, "--tp", "8", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    (tp,) = doc["tps"]
+    assert doc["scope"] == "model" and tp["tp"] == 8 and tp["parallel"] == {"tp": 8, "moe_tp": 8, "moe_ep": 1,
+                                                                          "attention_dp": 1}
+    for phase in ("prefill", "decode"):
+        comps = tp[f"{phase}_components"]
+        assert list(comps) == ["attention", "gemm", "moe", "communication", "other"]
+        assert abs(sum(comps.values()) - tp[f"{phase}_ms"]) < 1e-9
+        ops = tp[f"{phase}_ops"]
+        assert abs(sum(op["ms"] * op["count"] for op in ops) - tp[f"{phase}_ms"]) < 1e-9
+        assert {"name", "table", "version", "kind", "ms", "count", "fields", "reason"} <= set(ops[0])
+    experts = next(op for op in tp["decode_ops"] if op["name"] == "L3-60 moe experts")
+    assert experts["fields"]["num_tokens"] == 4 and experts["table"] == "moe"
+
+
+def test_scope_model_partial_exits_1_and_flags_are_checked(db):
+    args = [*[a if a != "1024" else "4096" for a in V3], "--tp", "1", "--attention-dp", "8", "--moe-ep", "8", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    (tp,) = doc["tps"]
+    assert tp["prefill_ms"] is None and tp["prefill_not_covered"][0]["name"] == "L3-60 moe experts"
+    assert tp["parallel"] == {"tp": 1, "moe_tp": 1, "moe_ep": 8, "attention_dp": 8}
+    bad = runner.invoke(app, [*V3, "--tp", "8", "--moe-tp", "4"])
+    assert bad.exit_code == 2 and "error (option_value): moe_tp x moe_ep = 4 must equal tp x attention_dp = 8" \
+        in bad.stderr
+    mixed = runner.invoke(app, [*V3, "--scope", "attention", "--moe-ep", "8"])
+    assert mixed.exit_code == 2 and "apply to scope model only" in mixed.stderr
+    pinned = runner.invoke(app, [*V3, "--kernel-source", "gemm=x"])
+    assert pinned.exit_code == 2 and "kernel_sources apply to scope attention only" in pinned.stderr

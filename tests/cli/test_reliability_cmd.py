@@ -22,7 +22,7 @@ SLOT = ["mla_context_module", "--system", "gb300", "--backend", "vllm", "--versi
 KEY = ["--kernel-source", "FLASH_ATTN", "--mla-dtype", "bfloat16", "--kv-cache-dtype", "bfloat16",
        "--gemm-type", "bfloat16"]
 KIMI = ["estimate", "--model", "moonshotai/Kimi-K3", "--system", "gb300", "--backend", "vllm", "--isl", "1024",
-        "--osl", "64", "--batch", "2"]
+        "--osl", "64", "--batch", "2", "--scope", "attention"]
 ESC = "\x1b"
 
 

@@ -12,6 +12,7 @@ from .. import errors as E
 from ..db import Database
 from ..deployment import parse_tps
 from ..estimate import Estimate, TpEstimate, estimate
+from ..model_step import COMPONENTS, OP_KINDS, ModelEstimate, OpCost
 from . import app
 from ._common import (
     DataRootOpt,
@@ -83,6 +84,44 @@ def print_estimate(est: Estimate) -> None:
         console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
 
 
+def print_model_estimate(est: ModelEstimate) -> None:
+    """One column per tp; rows per component of the prefill and of the decode step."""
+    par = est.tps[0].parallel if est.tps else None
+    extra = f", moe_ep {par.moe_ep}, attention_dp {par.attention_dp}" if par else ""
+    grid = Table(title=escape(f"{est.model} on {est.system} {est.backend}: whole model per prefill and per decode "
+                              f"step (batch {est.batch}, isl {est.isl}, osl {est.osl}, prefix {est.prefix}{extra})"))
+    grid.add_column("ms", no_wrap=True)
+    for t in est.tps:
+        grid.add_column(f"tp={t.parallel.tp}", justify="right", no_wrap=True)
+    for phase, label in (("prefill", "prefill"), ("decode", f"decode step (kv {est.decode_kv})")):
+        for comp in COMPONENTS:
+            grid.add_row(f"{phase} {comp}", *[f"{getattr(t, phase).components[comp]:.4f}" for t in est.tps])
+        grid.add_row(f"[bold]{escape(label)}[/]", *[_model_total(getattr(t, phase).total_ms) for t in est.tps])
+        grid.add_row(f"{phase} ops by kind", *[_op_kinds(getattr(t, phase).ops) for t in est.tps])
+    console.print(grid)
+    for t in est.tps:
+        for phase in ("prefill", "decode"):
+            for miss in getattr(t, phase).not_covered:
+                console.print(f"[red]not covered[/] tp={t.parallel.tp} {phase}: {escape(miss['name'])}: "
+                              f"{escape(str(miss['reason']))}", soft_wrap=True)
+    versions: dict[str, str] = {}
+    for t in est.tps:
+        versions.update(t.prefill.versions)
+        versions.update(t.decode.versions)
+    console.print("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())), style="dim")
+    for note in est.notes:
+        console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
+
+
+def _model_total(value: float | None) -> str:
+    return f"[bold]{value:.4f}[/]" if value is not None else "[red]partial[/]"
+
+
+def _op_kinds(ops: list[OpCost]) -> str:
+    counts = {k: sum(op.kind == k for op in ops) for k in OP_KINDS}
+    return ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "-"
+
+
 def _first(est: Estimate, phase: str) -> list:
     for t in est.tps:
         costs = t.prefill if phase == "prefill" else t.decode
@@ -150,11 +189,18 @@ def estimate_command(
     decode_mean: Annotated[bool, typer.Option("--decode-mean", help="Also the mean over every decode step.")] = False,
     allow_substitute: Annotated[bool, typer.Option(
         "--allow-substitute", help="Answer a missing native from the nearest one, flagged.")] = False,
+    scope: Annotated[str, typer.Option(
+        "--scope", help="model: every op of the step; attention: the attention blocks.")] = "model",
+    moe_tp: Annotated[int | None, typer.Option(
+        "--moe-tp", help="MoE tensor parallelism (default: tp x attention-dp / moe-ep).")] = None,
+    moe_ep: Annotated[int, typer.Option("--moe-ep", help="MoE expert parallelism.")] = 1,
+    attention_dp: Annotated[int, typer.Option("--attention-dp", help="Attention data-parallel ranks.")] = 1,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Attention cost of a model per prefill and per decode step at each tp (docs/estimate.md).
+    """Cost of a model per prefill and per decode step at each tp: every op (--scope model, the
+    default) or the attention blocks (--scope attention); docs/estimate.md.
 
     Exit 0 when every phase at every tp answered, 1 when some phase is not covered (the rest is
     printed) or nothing is, 2 on usage errors."""
@@ -163,9 +209,12 @@ def estimate_command(
               "gemm_type": gemm_type, "gemm_dtype": gemm_dtype, "bmm_dtype": bmm_dtype}
     est = estimate(db, model=model, system=system, backend=backend, tps=parse_tps(tp), isl=isl, osl=osl, batch=batch,
                    prefix=prefix, decode_kv=decode_kv, version=version, dtypes=dtypes,
-                   kernel_sources=_pins(kernel_source), decode_mean=decode_mean, allow_substitute=allow_substitute)
+                   kernel_sources=_pins(kernel_source), decode_mean=decode_mean, allow_substitute=allow_substitute,
+                   scope=scope, moe_tp=moe_tp, moe_ep=moe_ep, attention_dp=attention_dp)
     if json_out:
         emit_json(est.to_dict())
+    elif isinstance(est, ModelEstimate):
+        print_model_estimate(est)
     else:
         print_estimate(est)
     # a phase out of coverage at some tp: the rest is printed, and the exit code says it is partial

@@ -191,7 +191,8 @@ def write_constants(agg: dict[str, Constants], disagg: DisaggConstants, counts: 
                  f"tau0_ms={disagg.tau0_ms}, kappa={disagg.kappa})")
     agg_rows = ", ".join(f"{k.split()[1]} {v}" for k, v in counts.items() if k.startswith("agg"))
     lines.append("PROVENANCE: dict[str, str] = {")
-    lines.append(f'    "agg": "fitted {stamp} on calibration rows of silicon_sample.csv ({agg_rows}; re-exports once)",')
+    lines.append(f'    "agg": "fitted {stamp} on calibration rows of silicon_sample.csv "')
+    lines.append(f'           "({agg_rows}; re-exports once)",')
     lines.append(f'    "disagg": "fitted {stamp} on {counts["disagg"]} calibration rows of silicon_sample.csv '
                  '(re-exports once)",')
     lines.append("}")

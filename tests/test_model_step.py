@@ -102,10 +102,18 @@ def test_an_op_no_table_covers_makes_the_total_partial(db: modperf.Database) -> 
     op = next(op for op in step.ops if op.ms is None)
     assert op.kind == "not_covered" and op.count == 45
     assert step.components["gemm"] > 0  # the covered ops still count
-    too_long = step_cost(db, **V3, parallel=Parallel(tp=1, attention_dp=8, moe_ep=8),
-                         prefill=SeqChunk(4, 2048))
+    ep = Parallel(tp=1, attention_dp=8, moe_ep=8)
+    # 65,536 tokens to the experts, past what the grid answers: two parts of 32,768 (additive)
+    split = next(op for op in step_cost(db, **V3, parallel=ep, prefill=SeqChunk(4, 2048)).ops
+                 if op.name == "L3-60 moe experts")
+    half = next(op for op in step_cost(db, **V3, parallel=ep, prefill=SeqChunk(2, 2048)).ops
+                if op.name == "L3-60 moe experts")
+    assert split.fields["split"] == "2 x num_tokens" and half.fields["num_tokens"] == 32768
+    assert split.ms == 2 * half.ms
+    # past what 16 parts reach: not covered, and the total is partial
+    too_long = step_cost(db, **V3, parallel=ep, prefill=SeqChunk(64, 4096))
     experts = next(op for op in too_long.ops if op.name == "L3-60 moe experts")
-    assert experts.ms is None and experts.fields["num_tokens"] == 8 * 4 * 2048
+    assert experts.ms is None and experts.fields["num_tokens"] == 8 * 64 * 4096
     assert "beyond the extrapolation limit" in experts.reason and too_long.total_ms is None
 
 

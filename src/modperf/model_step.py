@@ -792,10 +792,13 @@ class _Pricer:
         for phase in ("dispatch", "combine"):
             fields = {**common, **extra, "phase": phase}
             before = len(self.ops)
-            self.op(f"{name} {phase}", "communication", count, table, fields, prefer=prefer)
+            # the kernel class names the mode: the resolved comm_backend is cached per class
+            cls = f"{'high-throughput' if mode == 'ht' else 'low-latency'} all-to-all"
+            self.op(f"{name} {phase}", "communication", count, table, fields, prefer=prefer, kernel_class=cls)
             if "sms" in extra and self.ops[-1].ms is None:  # kernels without an SM setting are stored at 0
                 del self.ops[before:]
-                self.op(f"{name} {phase}", "communication", count, table, {**fields, "sms": 0}, prefer=prefer)
+                self.op(f"{name} {phase}", "communication", count, table, {**fields, "sms": 0}, prefer=prefer,
+                        kernel_class=cls)
             if self.ops[-1].ms is None:
                 self._gather_scatter(name, phase, count, block, tokens, self.ops.pop())
 

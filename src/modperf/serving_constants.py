@@ -15,6 +15,7 @@ AGG: dict[str, Constants] = {
 }
 DISAGG: DisaggConstants | None = DisaggConstants(s_pre=0.7619, s_dec=0.9044, tau0_ms=257.62, kappa=0.2258)
 PROVENANCE: dict[str, str] = {
-    "agg": "fitted 2026-12-03 on calibration rows of silicon_sample.csv (sglang 277, trtllm 492, vllm 503; re-exports once)",
+    "agg": "fitted 2026-12-03 on calibration rows of silicon_sample.csv "
+           "(sglang 277, trtllm 492, vllm 503; re-exports once)",
     "disagg": "fitted 2026-12-03 on 91 calibration rows of silicon_sample.csv (re-exports once)",
 }

@@ -804,15 +804,15 @@ class _Pricer:
 
     def _gather_scatter(self, name: str, phase: str, count: int, block: FfnLayer, tokens: int,
                         missed: OpCost) -> None:
-        """Dispatch / combine where the all-to-all table has no bucket for this group: the
-        all-gather of the group's tokens before the experts and the reduce-scatter after them
-        (how vLLM's default EP path and TRT-LLM's allgather path move tokens), from the system's
-        NCCL table; the op says so."""
+        """Dispatch / combine where the all-to-all table has no bucket for this group: an NCCL
+        all-to-all over the EP group in which each rank sends its tokens to their top-k
+        experts' ranks (``tokens per rank x min(topk, ep) x hidden`` elements), from the
+        system's NCCL table; the op says so."""
         par = self.plan.parallel
-        op = "all_gather" if phase == "dispatch" else "reduce_scatter"
+        per_rank = -(-tokens * par.attention_dp // (par.moe_tp_size * par.moe_ep))
         before = len(self.ops)
-        self.collective(f"{name} {phase} ({op}: {missed.table} has no bucket)", count, op,
-                        tokens * par.attention_dp * block.hidden, par.moe_tp_size * par.moe_ep)
+        self.collective(f"{name} {phase} (nccl alltoall: {missed.table} has no bucket)", count, "alltoall",
+                        per_rank * min(block.topk, par.moe_ep) * block.hidden, par.moe_ep)
         if self.ops[-1].ms is None:  # neither answers: keep the all-to-all table's reason
             del self.ops[before:]
             self.ops.append(missed)
@@ -846,17 +846,33 @@ class _Pricer:
                 backend="nccl", version=plan.nccl)
         missed = self.ops[-1]
         if missed.ms is None and gpus > 1 and "holds no bucket" in (missed.reason or ""):
-            # a group size the table never measured (a collective across nodes): the ring's
-            # bandwidth roofline over the group's slowest link, plus one hop latency per step
             self.ops.pop()
-            nbytes = 2.0 * elements  # bfloat16 activations
-            share = 2.0 * (gpus - 1) / gpus if op == "all_reduce" else (gpus - 1) / gpus
-            steps = 2 * (gpus - 1) if op == "all_reduce" else gpus - 1
-            gpu = plan.gpu
-            ms = (share * nbytes / gpu.link_bw(gpus) + steps * gpu.p2p_latency) * 1e3
-            self.ops.append(OpCost(f"{name} (ring roofline: nccl has no {gpus}-GPU {op})", "communication", None,
-                                   None, ROOFLINE, ms, count, {"op_name": op, "num_gpus": gpus,
-                                                               "message_size": elements}, None, "nccl"))
+            self.ops.append(self._wider_group(name, count, op, elements, gpus, missed))
+
+    def _wider_group(self, name: str, count: int, op: str, elements: int, gpus: int, missed: OpCost) -> OpCost:
+        """A collective over more GPUs than the table measured (across nodes): the table's
+        answer at the largest measured group below it, plus what the wider group adds by the
+        ring's bandwidth share over its slowest link and one hop latency per doubling
+        (docs/estimate.md)."""
+        plan, gpu = self.plan, self.plan.gpu
+        nbytes = 2.0 * elements  # bfloat16 activations
+
+        def share(n: int) -> float:
+            return 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+
+        for group in (g for g in (64, 32, 16, 8, 4, 2) if g < gpus):
+            try:
+                a = self.ask("nccl", {"op_name": op, "num_gpus": group, "message_size": elements}, backend="nccl",
+                             version=plan.nccl)
+            except _MISS:
+                continue
+            extra = max(0.0, share(gpus) * nbytes / gpu.link_bw(gpus) - share(group) * nbytes / gpu.link_bw(group))
+            hops = (gpus // group - 1).bit_length() * (2 if op == "all_reduce" else 1)
+            ms = a.latency_ms + (extra + hops * gpu.p2p_latency) * 1e3
+            return OpCost(f"{name} (nccl {group}-GPU {op} widened to {gpus})", "communication", "nccl", a.version,
+                          ROOFLINE, ms, count, {"op_name": op, "num_gpus": gpus, "measured_group": group,
+                                                "message_size": elements}, None, "nccl")
+        return missed
 
 
 # --- the entry point ------------------------------------------------------------------------

@@ -9,11 +9,11 @@ from __future__ import annotations
 from .serving import Constants, DisaggConstants
 
 AGG: dict[str, Constants] = {
-    "sglang": Constants(s_pre=0.8535, s_dec=1.1254, tau0_ms=162.5081, kappa=1.0),
-    "trtllm": Constants(s_pre=1.1241, s_dec=0.9164, tau0_ms=134.2166, kappa=0.1412),
-    "vllm": Constants(s_pre=1.0607, s_dec=0.9892, tau0_ms=33.6216, kappa=0.1516),
+    "sglang": Constants(s_pre=0.8951, s_dec=1.1255, tau0_ms=155.3887, kappa=1.0),
+    "trtllm": Constants(s_pre=1.1097, s_dec=0.9294, tau0_ms=134.3746, kappa=0.1436),
+    "vllm": Constants(s_pre=1.0586, s_dec=1.0024, tau0_ms=33.0999, kappa=0.1543),
 }
-DISAGG: DisaggConstants | None = DisaggConstants(s_pre=0.7619, s_dec=0.9044, tau0_ms=257.62, kappa=0.2258)
+DISAGG: DisaggConstants | None = DisaggConstants(s_pre=0.748, s_dec=0.8405, tau0_ms=258.6163, kappa=0.2178)
 PROVENANCE: dict[str, str] = {
     "agg": "fitted 2026-12-03 on calibration rows of silicon_sample.csv "
            "(sglang 277, trtllm 492, vllm 503; re-exports once)",

@@ -148,23 +148,24 @@ def fit(rows, priced) -> tuple[dict[str, Constants], DisaggConstants, dict[str, 
         calib.append(r)
     counts: dict[str, int] = {}
 
-    def bounded(x) -> tuple[float, float, float, float]:
-        s_pre, s_dec, tau0, kappa = x
-        return (min(max(s_pre, 0.3), 3.0), min(max(s_dec, 0.3), 3.0), min(max(tau0, 0.0), 1000.0),
-                min(max(kappa, 0.0), 1.0))
+    def bounded(x) -> tuple[float, ...]:
+        s_pre, s_dec, tau0, kappa, *rest = (float(v) for v in x)
+        out = (min(max(s_pre, 0.3), 3.0), min(max(s_dec, 0.3), 3.0), min(max(tau0, 0.0), 1000.0),
+               min(max(kappa, 0.0), 1.0))
+        return out + tuple(min(max(v, 0.5), 10.0) for v in rest)
 
     agg: dict[str, Constants] = {}
     for backend in sorted({r["backend"] for r in calib if r["mode"] == "agg"}):
         group = [r for r in calib if r["mode"] == "agg" and r["backend"] == backend]
         counts[f"agg {backend}"] = len(group)
-        res = minimize(lambda x: _loss(group, priced, Constants(*bounded(x))), x0=[1.0, 1.0, 100.0, 0.3],
+        res = minimize(lambda x: _loss(group, priced, Constants(*bounded(x))), x0=[1.0, 1.0, 100.0, 0.3, 0.5],
                        method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-5})
-        agg[backend] = Constants(*(round(v, 4) for v in bounded(res.x)))
+        agg[backend] = Constants(*(round(float(v), 4) for v in bounded(res.x)))
     group = [r for r in calib if r["mode"] == "disagg"]
     counts["disagg"] = len(group)
     res = minimize(lambda x: _loss(group, priced, DisaggConstants(*bounded(x))), x0=[1.0, 1.0, 200.0, 0.3],
                    method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-5})
-    disagg = DisaggConstants(*(round(v, 4) for v in bounded(res.x)))
+    disagg = DisaggConstants(*(round(float(v), 4) for v in bounded(res.x)))
     return agg, disagg, counts
 
 
@@ -185,7 +186,7 @@ def write_constants(agg: dict[str, Constants], disagg: DisaggConstants, counts: 
     ]
     for backend, c in agg.items():
         lines.append(f'    "{backend}": Constants(s_pre={c.s_pre}, s_dec={c.s_dec}, tau0_ms={c.tau0_ms}, '
-                     f"kappa={c.kappa}),")
+                     f"kappa={c.kappa}, steps_waited={c.steps_waited}),")
     lines.append("}")
     lines.append(f"DISAGG: DisaggConstants | None = DisaggConstants(s_pre={disagg.s_pre}, s_dec={disagg.s_dec}, "
                  f"tau0_ms={disagg.tau0_ms}, kappa={disagg.kappa})")

@@ -55,8 +55,15 @@ FIELDS = frozenset(TOP_FIELDS) | {f"{side}_{f}" for side in ("prefill", "decode"
 IGNORED = frozenset({"silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms", "model"})
 
 _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
-#: Bytes a KV-cache element takes (bfloat16: docs/serving.md, "KV cache").
+#: Bytes a KV-cache element takes: bfloat16, or fp8 where the deployment runs fp8 KV
+#: (docs/serving.md, "Memory").
 KV_BYTES = 2.0
+
+
+def kv_element_bytes(backend: str, gemm_dtype: str | None) -> float:
+    """TRT-LLM serves quantized (8- or 4-bit) checkpoints with the fp8 KV cache their
+    quantization config names; vLLM and SGLang keep the model dtype unless told otherwise."""
+    return 1.0 if backend == "trtllm" and bits(gemm_dtype) <= 8 else KV_BYTES
 
 
 @dataclass(frozen=True)
@@ -304,7 +311,7 @@ def weight_bytes_per_gpu(config: ModelConfig, pool: Pool) -> float:
     return per_gpu / pool.pp
 
 
-def kv_bytes_per_token(config: ModelConfig, tp: int, context: int) -> float:
+def kv_bytes_per_token(config: ModelConfig, tp: int, context: int, element: float = KV_BYTES) -> float:
     """KV-cache bytes one token takes on one attention rank at tp (all its layers): MLA's
     latent (kv_lora_rank + rope dims, the same on every rank); GQA's K and V of the rank's kv
     heads (one replicated head where tp exceeds kv). Sliding-window layers hold at most their
@@ -317,7 +324,7 @@ def kv_bytes_per_token(config: ModelConfig, tp: int, context: int) -> float:
             lora = int(config.get("kv_lora_rank", 512))
             rope = int(config.get("qk_rope_head_dim", 64))
             index = int(config.get("index_head_dim", 0) or 0) if layer.kind == "dsa" else 0
-            total += (lora + rope + index) * KV_BYTES * n
+            total += (lora + rope + index) * element * n
         elif layer.kind in ("gqa", "msa"):
             kv = int(fields.get("num_key_value_heads", config.kv_heads or config.native_heads))
             head_dim = int(fields.get("head_dim", config.get("head_dim", None)
@@ -325,11 +332,11 @@ def kv_bytes_per_token(config: ModelConfig, tp: int, context: int) -> float:
             local_kv = max(1, kv // tp)
             window = int(fields.get("window_size", 0) or 0)
             share = min(1.0, window / context) if window else 1.0
-            total += 2 * local_kv * head_dim * KV_BYTES * share * n
+            total += 2 * local_kv * head_dim * element * share * n
         elif layer.kind.startswith("dsv4"):
             head_dim = int(config.get("head_dim", 512))
             ratio = int(fields.get("compress_ratio", 1) or 1)
-            total += head_dim * KV_BYTES / ratio * n
+            total += head_dim * element / ratio * n
     return total
 
 
@@ -440,6 +447,8 @@ def price(db: Database, dep: Deployment) -> Priced:
     or system)."""
     notes: list[str] = []
     backend = backend_of(dep.backend)
+    if not any(r.system == dep.system and r.backend == dep.backend for r in db.store.catalog.slots):
+        raise db.store.unknown_slot(dep.system, dep.backend, "(any version)", "gemm")
     config = served_model(db, dep, notes)
     version = _version_for(db, dep, notes)
     memory = system_memory(dep.system)
@@ -454,7 +463,8 @@ def price(db: Database, dep: Deployment) -> Priced:
         budget = kv_budget_bytes(backend, mem_capacity=memory.capacity, weights=weights, other=memory.other,
                                  chunk=chunk, gpus=pool.tp)
         reserve = dep.isl + (dep.osl if backend.reserves_whole_sequence else dep.osl // 2)
-        per_token = kv_bytes_per_token(config, pool.tp, dep.isl + dep.osl)
+        element = kv_element_bytes(dep.backend, config.quantization.gemm)
+        per_token = kv_bytes_per_token(config, pool.tp, dep.isl + dep.osl, element)
         physical = memory.capacity - weights - memory.other
         if budget < per_token * reserve <= physical:
             notes.append(f"the {backend.name} default memory rule leaves {budget / 2**30:.1f} GiB for the KV cache, "
@@ -506,7 +516,8 @@ def price(db: Database, dep: Deployment) -> Priced:
     concurrency = dep.decode.batch * dep.decode.workers * dep.decode.attention_dp
     gpu = gpu_spec(dep.system)
     link = gpu.inter_node_bw  # the pools sit on different nodes (on GB200/GB300 racks: NVLink)
-    kv_all = kv_bytes_per_token(config, 1, dep.isl + dep.osl) * dep.isl  # the whole request's cache
+    element = kv_element_bytes(dep.backend, config.quantization.gemm)
+    kv_all = kv_bytes_per_token(config, 1, dep.isl + dep.osl, element) * dep.isl  # the whole request's cache
     transfer_ms = kv_all / (link * dep.prefill.gpus_per_worker) * 1000.0 + gpu.p2p_latency * 1000.0
     inputs = DisaggInputs(concurrency, dep.isl, dep.osl, dep.prefill.workers * dep.prefill.attention_dp, one,
                           packed_ms, packed, decode_ms, transfer_ms)

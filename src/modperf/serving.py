@@ -105,6 +105,10 @@ class Constants:
     s_dec: float = 1.0
     tau0_ms: float = 0.0
     kappa: float = 0.0
+    #: Engine steps a new request waits through besides its prefill: half a running step on
+    #: average (0.5, the physics) plus the iterations the backend takes to schedule it and to
+    #: stream its first token.
+    steps_waited: float = 0.5
 
 
 PHYSICS_ONLY = Constants()
@@ -151,7 +155,7 @@ def _agg_closed_loop(x: AggInputs, c: Constants, batch: int) -> ServingTimes:
     def times(rate: float) -> tuple[float, float, float, bool]:
         u = rate * w * others
         tpot = min(td / (1.0 - u), cap) if u < 1.0 else cap
-        ttft = c.tau0_ms + 0.5 * tpot + own + c.kappa * (batch - 1) / 2.0 * w
+        ttft = c.tau0_ms + c.steps_waited * tpot + own + c.kappa * (batch - 1) / 2.0 * w
         floor = batch * cap / x.packed - rounds * tpot  # prefill capacity: `packed` per capped step
         bound = floor > ttft
         return max(ttft, floor), tpot, u, bound

@@ -1,0 +1,52 @@
+import json
+
+from typer.testing import CliRunner
+
+from modperf.cli import app
+from modperf.predict import deployment_from_row, predict
+
+runner = CliRunner()
+QWEN = ["predict", "--model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--backend", "vllm", "--isl", "1024",
+        "--osl", "128", "--batch", "8", "--tp", "2"]
+ROW = {"id": "r1", "model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "vllm", "mode": "agg",
+       "isl": 1024, "osl": 128, "batch_size": 8, "tp_size": 2}
+
+
+def test_one_deployment_from_flags(db):
+    result = runner.invoke(app, [*QWEN, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    expected = predict(db, deployment_from_row({k: v for k, v in ROW.items() if k != "id"}))
+    assert doc["ttft_ms"] == expected.ttft_ms and doc["tpot_ms"] == expected.tpot_ms
+    assert set(doc) >= {"id", "ttft_ms", "tpot_ms", "tokens_per_s_per_user", "tokens_per_s_per_gpu", "steps",
+                        "serving", "provenance"}
+    text = runner.invoke(app, QWEN)
+    assert text.exit_code == 0
+    assert "TTFT ms" in text.stdout and "TPOT ms" in text.stdout and "versions: " in text.stdout
+
+
+def test_batch_lines_in_order_with_typed_error_lines(db, tmp_path):
+    lines = [ROW, {**ROW, "id": "r2", "system": "h200"}, {**ROW, "id": "r3", "batch_size": -1},
+             {**ROW, "id": "r4", "tp_size": 3}, "not json", {**ROW, "id": "r5", "isl": 2048}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    result = runner.invoke(app, ["predict", "--batch", str(path)])
+    assert result.exit_code == 1  # some lines failed; every line answered
+    out = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [o["id"] for o in out] == ["r1", "r2", "r3", "r4", None, "r5"]
+    assert out[0]["ttft_ms"] > 0 and out[5]["ttft_ms"] > out[0]["ttft_ms"]
+    assert [o.get("error", {}).get("type") for o in out] == [None, "UnknownTableError", "QueryFieldError",
+                                                             "ShardError", "QueryFieldError", None]
+    assert out[2]["error"]["message"].startswith("batch_size must be an integer in 1..1,048,576")
+    assert out[4]["error"]["message"].startswith("line 5 is not JSON")
+    # stdin works the same
+    piped = runner.invoke(app, ["predict", "--batch", "-"], input=json.dumps(ROW) + "\n")
+    assert piped.exit_code == 0 and json.loads(piped.stdout)["id"] == "r1"
+
+
+def test_usage_errors_exit_2(db):
+    missing = runner.invoke(app, ["predict", "--model", "Qwen/Qwen3-32B", "--json"])
+    assert missing.exit_code == 2
+    assert json.loads(missing.stdout)["error"]["message"].startswith("missing --system, --backend, --isl, --osl")
+    shard = runner.invoke(app, [*QWEN[:-1], "3"])
+    assert shard.exit_code == 2 and "tp=3 does not divide" in shard.stderr

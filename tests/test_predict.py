@@ -1,0 +1,133 @@
+"""modperf.predict on real tables: a small deployment whose TTFT and TPOT this test computes by
+hand from the whole-model steps, the served dtypes, memory, and the typed refusals."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import modperf
+from modperf import errors as E
+from modperf.model_step import DecodePart, Parallel, SeqChunk, step_cost
+from modperf.predict import (
+    deployment_from_row,
+    kv_bytes_per_token,
+    predict,
+    price,
+    served_dtypes,
+    weight_bytes_per_gpu,
+)
+from modperf.serving import Constants
+
+QWEN = dict(model_path="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", mode="agg")
+
+
+def test_two_users_by_hand_from_the_steps(db: modperf.Database) -> None:
+    """Qwen3-32B on h200 vllm at tp 2, 2 users, isl 1024, osl 11, physics only. The steps, each
+    from step_cost: p1 one prefill, P2 the two prefills packed in one step (vLLM's 8192-token
+    budget holds both), t_d a decode of 2 at kv 1024 + 5. With W = P2 / 2 and R = osl - 1, the
+    closed loop X = 2 / (p1 + (R + 1/2) T), U = X W / 2, T = t_d / (1 - U) gives
+    (R + 1/2) T^2 + (p1 - W - t_d (R + 1/2)) T - t_d p1 = 0; TTFT = p1 + T / 2."""
+    par = Parallel(tp=2)
+    common = dict(model="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", parallel=par)
+    p1 = step_cost(db, **common, prefill=SeqChunk(1, 1024)).total_ms
+    p2 = step_cost(db, **common, prefill=SeqChunk(2, 1024)).total_ms
+    td = step_cost(db, **common, decode=DecodePart(2, 1024 + 5)).total_ms
+    assert p1 and p2 and td
+    w, r = p2 / 2, 10
+    a, b, c = r + 0.5, p1 - w - td * (r + 0.5), -td * p1
+    tpot = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
+    out = predict(db, deployment_from_row({**QWEN, "isl": 1024, "osl": 11, "batch_size": 2, "tp_size": 2}),
+                  fitted=False)
+    assert out.tpot_ms == pytest.approx(tpot, rel=1e-9)
+    assert out.ttft_ms == pytest.approx(p1 + tpot / 2, rel=1e-9)
+    assert out.steps["prefill_one"]["ms"] == p1 and out.steps["decode"]["ms"] == td
+    assert out.serving["capacity_bound"] is False and out.serving["admission_wait_ms"] == 0.0
+    assert out.gpus == 2 and out.tokens_per_s_per_user == pytest.approx(1000 / tpot)
+    assert out.serving["constants"]["source"] == "physics only: no fitted constants"
+    assert out.provenance["versions"]["gemm"] == "0.24.0"
+
+
+def test_fitted_constants_are_the_backends(db: modperf.Database) -> None:
+    from modperf.serving_constants import AGG
+
+    dep = deployment_from_row({**QWEN, "isl": 1024, "osl": 128, "batch_size": 8, "tp_size": 2})
+    out = predict(db, dep)
+    assert out.serving["constants"]["s_dec"] == AGG["vllm"].s_dec
+    assert out.serving["constants"]["source"].startswith("fitted")
+    physics = predict(db, dep, fitted=False)
+    assert out.tpot_ms != physics.tpot_ms
+
+
+def test_served_dtypes_follow_the_checkpoint_layout() -> None:
+    # fp8 named on a block-scaled fp8 checkpoint is its layout
+    assert served_dtypes("fp8_block", "fp8_block", "fp8", "fp8")[:2] == ("fp8_block", "fp8_block")
+    # a 4-bit re-quantization of an fp8 checkpoint is taken as named
+    assert served_dtypes("fp8_block", "fp8_block", "nvfp4", "nvfp4")[:2] == ("nvfp4", "nvfp4")
+    # an experts-only 4-bit checkpoint keeps its dense layers when the deployment names 4 bits
+    gemm, moe, notes = served_dtypes("bfloat16", "w4a16_mxfp4", "nvfp4", "nvfp4")
+    assert (gemm, moe) == ("bfloat16", "w4a16_mxfp4")
+    assert notes == ["gemm dtype nvfp4 named; the checkpoint stores these weights as bfloat16 (served as such)",
+                     "moe dtype nvfp4 named; the checkpoint stores these weights as w4a16_mxfp4 (served as such)"]
+    # a bf16 checkpoint served in fp8
+    assert served_dtypes("bfloat16", "bfloat16", "fp8", None)[:2] == ("fp8", "bfloat16")
+
+
+def test_memory_from_the_config(db: modperf.Database) -> None:
+    """Qwen3-32B: 64 layers of GQA (64 heads, 8 kv heads, head_dim 128), bf16 KV: 2 x 8 x 128
+    x 2 bytes per layer at tp 1, one kv head per rank from tp 8 on."""
+    cfg = db.models.get("Qwen/Qwen3-32B")
+    assert kv_bytes_per_token(cfg, 1, 2048) == 2 * 8 * 128 * 2 * 64
+    assert kv_bytes_per_token(cfg, 16, 2048) == 2 * 1 * 128 * 2 * 64
+    dep = deployment_from_row({**QWEN, "isl": 1024, "osl": 128, "batch_size": 8, "tp_size": 2})
+    assert dep.pool is not None
+    weights = weight_bytes_per_gpu(cfg, dep.pool)
+    assert 30e9 < weights < 34e9  # about 32.8 B parameters in bf16, over 2 GPUs
+    priced = price(db, dep)
+    assert priced.memory["kv_bytes_per_token"] == 2 * 4 * 128 * 2 * 64
+
+
+def test_requests_beyond_the_kv_cache_queue_for_admission(db: modperf.Database) -> None:
+    """Qwen3-32B's 65 GB of bf16 weights leave little room on one 80 GiB h100: 1,024 users of
+    9k tokens cannot all run; the rest wait, so TTFT grows by whole request cycles."""
+    dep = deployment_from_row({**QWEN, "system": "h100_sxm", "isl": 8192, "osl": 1024, "batch_size": 1024,
+                               "tp_size": 1})
+    out = predict(db, dep, fitted=False)
+    running = out.serving["memory"]["max_running"]
+    assert 1 <= running < 1024 and out.serving["waiting"] == 1024 - running
+    assert out.serving["admission_wait_ms"] > 0
+
+
+def test_bad_deployments_are_typed(db: modperf.Database) -> None:
+    with pytest.raises(E.UnknownTableError, match="did you mean system h200_sxm"):
+        price(db, deployment_from_row({**QWEN, "system": "h200", "isl": 8, "osl": 8, "batch_size": 1, "tp_size": 1}))
+    with pytest.raises(E.ShardError, match="tp=3 does not divide Qwen/Qwen3-32B's native head count 64"):
+        price(db, deployment_from_row({**QWEN, "isl": 8, "osl": 8, "batch_size": 1, "tp_size": 3}))
+    with pytest.raises(E.QueryFieldError, match=r"batch_size must be an integer in 1\.\.1,048,576"):
+        deployment_from_row({**QWEN, "isl": 8, "osl": 8, "batch_size": -4, "tp_size": 1})
+    with pytest.raises(E.QueryFieldError, match="a disaggregated deployment needs prefill_num_workers, "
+                                                "decode_num_workers, decode_batch_size"):
+        deployment_from_row({**QWEN, "mode": "disagg", "isl": 8, "osl": 8, "prefill_tp_size": 1,
+                             "decode_tp_size": 1})
+    with pytest.raises(E.QueryFieldError, match="unknown field"):
+        deployment_from_row({**QWEN, "isl": 8, "osl": 8, "batch_size": 1, "tp_size": 1, "tp": 2})
+    with pytest.raises(E.UnknownModelError, match="did you mean Qwen/Qwen3-32B"):
+        price(db, deployment_from_row({**QWEN, "model_path": "Qwen3-32B", "isl": 8, "osl": 8, "batch_size": 1,
+                                       "tp_size": 1}))
+
+
+def test_disaggregated_pools(db: modperf.Database) -> None:
+    """The decode pool sets TPOT (physics only: its decode step), the prefill pool TTFT."""
+    row = {**QWEN, "mode": "disagg", "isl": 1024, "osl": 64, "prefill_tp_size": 2, "prefill_num_workers": 1,
+           "decode_tp_size": 2, "decode_num_workers": 2, "decode_batch_size": 8}
+    out = predict(db, deployment_from_row(row), fitted=False)
+    td = step_cost(db, model="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", parallel=Parallel(tp=2),
+                   decode=DecodePart(8, 1024 + 32)).total_ms
+    assert out.tpot_ms == td
+    assert out.serving["concurrency"] == 16 and out.gpus == 6
+    assert out.ttft_ms >= out.steps["prefill_one"]["ms"] + out.serving["kv_transfer_ms"]
+
+
+def test_constants_default_to_physics() -> None:
+    assert Constants() == Constants(1.0, 1.0, 0.0, 0.0, 0.5)

@@ -131,3 +131,16 @@ def test_disaggregated_pools(db: modperf.Database) -> None:
 
 def test_constants_default_to_physics() -> None:
     assert Constants() == Constants(1.0, 1.0, 0.0, 0.0, 0.5)
+
+
+def test_pipeline_stages_split_the_batch_and_add_hops(db: modperf.Database) -> None:
+    """pp 2 (formula only: no measured row has pp > 1): each micro-batch carries half the users
+    through every layer, plus one peer-to-peer hop (system yaml: 10 us on h200)."""
+    row = {**QWEN, "isl": 1024, "osl": 128, "batch_size": 8, "tp_size": 2}
+    one = price(db, deployment_from_row(row))
+    two = price(db, deployment_from_row({**row, "pp_size": 2}))
+    td = step_cost(db, model="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", parallel=Parallel(tp=2),
+                   decode=DecodePart(4, 1024 + 64)).total_ms
+    assert two.steps["decode"]["batch"] == 4 and one.steps["decode"]["batch"] == 8
+    assert two.steps["decode"]["ms"] == pytest.approx(td + 0.01, rel=1e-12)
+    assert two.gpus == 2 * one.gpus

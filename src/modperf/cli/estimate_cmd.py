@@ -12,7 +12,7 @@ from .. import errors as E
 from ..db import Database
 from ..deployment import parse_tps
 from ..estimate import Estimate, TpEstimate, estimate
-from . import app
+from ._app import app
 from ._common import (
     DataRootOpt,
     JsonOpt,

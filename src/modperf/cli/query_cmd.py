@@ -14,7 +14,7 @@ from rich.table import Table
 from .. import errors as E
 from ..batch import read_lines, run_lines
 from ..db import Database
-from . import app
+from ._app import app
 from ._common import (
     DataRootOpt,
     JsonOpt,

@@ -448,10 +448,17 @@ class Catalog:
         ]
 
     def slot(self, system: str, backend: str, version: str, table: str) -> TableRef | None:
-        for ref in self.slots:
-            if ref.slot == (system, backend, version, table):
-                return ref
-        return None
+        # an index by slot (the first ref of each, as a scan would find), rebuilt when the list
+        # of slots is replaced or changes length: every query asks, so a scan of ~600 refs
+        # would cost more than the answer
+        index = self.__dict__.get("_slot_index")
+        if index is None or index[0] is not self.slots or index[1] != len(self.slots):
+            by_slot: dict[tuple[Any, ...], TableRef] = {}
+            for ref in self.slots:
+                by_slot.setdefault(ref.slot, ref)
+            index = (self.slots, len(self.slots), by_slot)
+            self.__dict__["_slot_index"] = index
+        return index[2].get((system, backend, version, table))
 
 
 def _walk_tables(folder: Path, problems: list[E.ModperfError]) -> list[Path]:

@@ -310,11 +310,32 @@ class Grid:
         self._lat_py = self._lat_p.tolist()
         self._dist_py = self._dist_p.tolist()
         self._state_py = self._state_p.tolist()
+        # per axis, lattice value -> index: a point on lattice values finds its cell without a
+        # search (the exact-hit fast path of the scalar lookup)
+        self._index_py = [{v: i for i, v in enumerate(vals)} for vals in self._values_py]
 
     # -- scalar lookup --------------------------------------------------------------------
 
     def lookup(self, point: Sequence[float]) -> Lookup:
         """Latency at ``point`` (one value per axis, in ``self.axes`` order)."""
+        # fast path: every coordinate a lattice value and the cell measured (the stored latency,
+        # as the general path below returns it)
+        pstrides = self._pstrides
+        base = 0
+        heads: tuple[int, ...] = ()
+        for a, x in enumerate(point):
+            i = self._index_py[a].get(x)
+            if i is None:
+                break
+            base += i * pstrides[a]
+            if a == self.heads_pos:
+                heads = (self._values_py[a][i],)
+        else:
+            if self._state_py[base] == MEASURED_CELL:
+                return Lookup(self._lat_py[base], EXACT, 0.0, heads, ())
+        return self._lookup(point)
+
+    def _lookup(self, point: Sequence[float]) -> Lookup:
         outside: list[str] = []
         proj_dist = 0.0
         clipped = list(point)

@@ -300,6 +300,7 @@ class QueryEngine:
         self._quality_index: dict[Any, dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]] = {}
         self._indexes: dict[Any, TableIndex] = {}
         self._plans: dict[tuple[Any, ...], _Plan] = {}
+        self._many_plans: dict[tuple[Any, ...], _Plan] = {}
         self._lock = threading.Lock()
 
     def index(self, keyed: KeyedTable) -> TableIndex:
@@ -337,10 +338,16 @@ class QueryEngine:
                 "model": "utilisation held against the roofline of " + gpu_spec(t.system).name
                          + ("" if gpu_spec(t.system).from_file else " (default GPU: no spec file)"),
             }
-        answer = replace(
-            t, latency_ms=found.latency_ms, kind=KIND_NAMES[found.kind],
-            locals_used=found.heads_used if found.heads_used else t.locals_used, fields=resolved,
-            extrapolation=extrapolation)
+        # a shallow copy of the template with the point's part set (dataclasses.replace, without
+        # its per-field keyword round trip: a few microseconds of every answer)
+        answer = object.__new__(Answer)
+        answer.__dict__.update(t.__dict__)
+        answer.latency_ms = found.latency_ms
+        answer.kind = KIND_NAMES[found.kind]
+        if found.heads_used:
+            answer.locals_used = found.heads_used
+        answer.fields = resolved
+        answer.extrapolation = extrapolation
         if self.annotate_quality if quality is None else quality:
             answer.quality = self._quality_of(plan, point)
         return answer
@@ -348,7 +355,8 @@ class QueryEngine:
     def _cached_plan(self, fields: Mapping[str, Any]) -> _Plan:
         plan_key: tuple[Any, ...] | None
         # the type is part of the key: 0 == False and 1 == True, but only a bool is a flag (modperf.limits)
-        plan_key = tuple(sorted((k, type(v), v) for k, v in fields.items() if k not in _AXIS_NAMES))
+        # (in the order given: the same fields in another order are another entry of one plan)
+        plan_key = tuple([(k, type(v), v) for k, v in fields.items() if k not in _AXIS_NAMES])
         try:
             plan = self._plans.get(plan_key)
         except TypeError:  # an unhashable value: resolve without the cache
@@ -466,11 +474,28 @@ class QueryEngine:
         shape, each point is answered from its own lane."""
         arrays = {k: v for k, v in fields.items() if isinstance(v, (np.ndarray, list, tuple))}
         scalar = {k: v for k, v in fields.items() if k not in arrays}
-        probe = dict(scalar)
-        for k, v in arrays.items():
-            flat = np.asarray(v).ravel()
-            probe[k] = flat[0].item() if flat.size else 0  # parsed (and refused) like any field
-        plan = self._plan(probe, vector_fields=set(arrays))
+        # the plan depends on the scalar fields and on which fields are arrays, not on the arrays'
+        # values, when every array is a numeric axis (as the single-query plan cache assumes):
+        # reuse it then (a sweep calls this in a loop)
+        plan_key: tuple[Any, ...] | None = None
+        if arrays.keys() <= _AXIS_NAMES:
+            plan_key = ("many", frozenset(arrays), *[(k, type(v), v) for k, v in scalar.items()])
+            try:
+                plan = self._many_plans.get(plan_key)
+            except TypeError:  # an unhashable value: resolve without the cache
+                plan, plan_key = None, None
+        else:
+            plan = None
+        if plan is None:
+            probe = dict(scalar)
+            for k, v in arrays.items():
+                flat = np.asarray(v).ravel()
+                probe[k] = flat[0].item() if flat.size else 0  # parsed (and refused) like any field
+            plan = self._plan(probe, vector_fields=set(arrays))
+            if plan_key is not None:
+                if len(self._many_plans) >= self.PLAN_CACHE:
+                    self._many_plans.clear()
+                self._many_plans[plan_key] = plan
         cols: list[Any] = []
         for name in plan.axis_fields:
             if name == HEADS:
@@ -478,8 +503,9 @@ class QueryEngine:
             elif name in arrays:
                 col = np.asarray(arrays[name])
                 rng = limits.range_of(name)
-                if col.size and (not np.issubdtype(col.dtype, np.number) or np.issubdtype(col.dtype, np.bool_)
-                                 or not np.isfinite(col).all() or (col < rng.low).any() or (col > rng.high).any()):
+                kind = col.dtype.kind  # numbers (integer, float, complex), not booleans
+                if col.size and (kind not in "iufc" or (kind not in "iu" and not np.isfinite(col).all())
+                                 or col.min() < rng.low or col.max() > rng.high):
                     raise E.QueryFieldError(f"field {name!r} must hold numbers in {rng.describe()} ({rng.what})",
                                             values={"field": name, "range": [rng.low, rng.high]},
                                             fix=_field_help(grid_keyed(self, plan)))

@@ -631,14 +631,26 @@ class Grid:
 
     def nearest_covered(self, point: Sequence[float], count: int = 3) -> list[dict[str, int]]:
         """The measured lattice points closest to ``point`` (octave distance), for error messages."""
-        idx = np.flatnonzero(self.state.ravel() == MEASURED_CELL)
+        measured = self.__dict__.get("_measured_octaves")
+        if measured is None:  # every refusal asks: the measured cells' octaves, once per grid
+            idx = np.flatnonzero(self.state.ravel() == MEASURED_CELL)
+            sub = np.unravel_index(idx, self.shape)
+            measured = (idx, [self.octaves[a][sub[a]] for a in range(len(self.shape))])
+            self.__dict__["_measured_octaves"] = measured
+        idx, octs = measured
         if idx.size == 0:
             return []
-        sub = np.unravel_index(idx, self.shape)
         d = np.zeros(idx.size)
         for a, x in enumerate(point):
-            d += np.abs(self.octaves[a][sub[a]] - octave(float(x)))
-        best = idx[np.argsort(d, kind="stable")[:count]]
+            d += np.abs(octs[a] - octave(float(x)))
+        if count >= 1 and idx.size > 4 * count:
+            # the nearest ``count`` in a stable order (ties by cell index), without sorting all:
+            # every cell at or below the count-th smallest distance, then those in stable order
+            kth = np.partition(d, count - 1)[count - 1]
+            near = np.flatnonzero(d <= kth)
+            best = idx[near[np.argsort(d[near], kind="stable")[:count]]]
+        else:
+            best = idx[np.argsort(d, kind="stable")[:count]]
         out = []
         for f in best:
             s = np.unravel_index(int(f), self.shape)

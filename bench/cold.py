@@ -61,7 +61,12 @@ FAMILIES = [
 CHILD = BENCH / "aiconfigurator_child.py"
 SRC = str(BENCH.parent / "src")
 TIME = shutil.which("time") or "/usr/bin/time"  # GNU time: the child's peak RSS
-ENV = {**os.environ, "PYTHONPATH": str(BENCH.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+#: Child processes compile modperf's modules once into a bytecode cache of their own (as an
+#: installed package has; the tool's wheel ships its .pyc files too), not into the checkout.
+#: A shell that sets PYTHONDONTWRITEBYTECODE would otherwise compile every module in every run.
+PYCACHE = str(Path(tempfile.gettempdir()) / "modperf-bench-pycache")
+_BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPYCACHEPREFIX": PYCACHE}
+ENV = {**_BASE_ENV, "PYTHONPATH": str(BENCH.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 # --- the questions ------------------------------------------------------------------------
@@ -130,7 +135,7 @@ def spawn(cmd: list[str], stdin: str | None = None, env: dict[str, str] | None =
 
 
 def env_for(src: str, cache_dir: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": src + os.pathsep + str(BENCH), "MODPERF_CACHE_DIR": cache_dir}
+    return {**_BASE_ENV, "PYTHONPATH": src + os.pathsep + str(BENCH), "MODPERF_CACHE_DIR": cache_dir}
 
 
 def modperf_cold(queries: list[dict[str, Any]], cache: bool, cache_dir: str, src: str = SRC) -> tuple[float, float]:

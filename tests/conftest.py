@@ -7,16 +7,16 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from tests.helpers import LEGACY_DIR, STALE_DIR, shared_fixtures, writable_copy
+
+import modperf
+from modperf.models import ModelRegistry
 
 # The suite never writes to the user's cache: every test (and every process a test starts, which
 # inherits the environment) keeps its keyed-table cache in a folder of its own session.
 _CACHE_DIR = tempfile.mkdtemp(prefix="modperf-test-cache-")
 os.environ["MODPERF_CACHE_DIR"] = _CACHE_DIR
 os.environ.pop("MODPERF_NO_CACHE", None)
-from tests.helpers import LEGACY_DIR, STALE_DIR, shared_fixtures, writable_copy
-
-import modperf
-from modperf.models import ModelRegistry
 
 
 @pytest.fixture(scope="session")

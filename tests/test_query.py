@@ -306,7 +306,7 @@ def test_query_many_reuses_its_plan_only_for_the_same_fields(db):
     base = {k: v for k, v in KIMI.items() if k not in ("tp_size", "num_heads")}
     batch = np.array([4, 8, 16])
     for tp in (8, 4, 8):
-        lat, kinds = db.query_many(**base, tp_size=tp, batch_size=batch, isl=2048)
+        lat, _ = db.query_many(**base, tp_size=tp, batch_size=batch, isl=2048)
         singles = [db.answer({**base, "tp_size": tp, "batch_size": int(b), "isl": 2048}, quality=False)
                    for b in batch]
         assert [x.hex() for x in lat.tolist()] == [s.latency_ms.hex() for s in singles]

@@ -39,6 +39,11 @@ def _default(value: Any) -> Any:
 
 
 def dumps(obj: Any, **kwargs: Any) -> str:
+    return json.dumps(plain(obj), allow_nan=False, **kwargs)
+
+
+def dumps_small(obj: Any, **kwargs: Any) -> str:
+    """:func:`dumps` for many small objects (a batch's answer lines), the same text faster."""
     # The encoder writes the common case (no NaN or infinity anywhere) directly, as plain()
     # would have made it: tuples as lists, float and int subclasses by their float/int value.
     # A non-finite float makes it refuse (allow_nan=False); then plain() replaces it by null.
@@ -50,4 +55,4 @@ def dumps(obj: Any, **kwargs: Any) -> str:
         return json.dumps(plain(obj), allow_nan=False, **kwargs)
 
 
-__all__ = ["dumps", "plain"]
+__all__ = ["dumps", "dumps_small", "plain"]

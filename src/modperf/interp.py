@@ -343,8 +343,15 @@ class Grid:
         parts: list[tuple[int, float]] = []  # (padded stride, upper weight) of axes off a lattice value
         heads_used: tuple[int, ...] = ()
         pstrides = self._pstrides
+        index_py = self._index_py
         for a, x in enumerate(point):
             vals = self._values_py[a]
+            i = index_py[a].get(x)
+            if i is not None:  # on a lattice value (so inside the range): no search, weight 0
+                base += i * pstrides[a]
+                if a == self.heads_pos:
+                    heads_used = (vals[i],)
+                continue
             if x < vals[0] or x > vals[-1]:
                 xc = vals[0] if x < vals[0] else vals[-1]
                 proj_dist += abs(octave(x) - octave(xc))

@@ -301,6 +301,7 @@ class QueryEngine:
         self._indexes: dict[Any, TableIndex] = {}
         self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._many_plans: dict[tuple[Any, ...], _Plan] = {}
+        self._quality_groups: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
 
     def index(self, keyed: KeyedTable) -> TableIndex:
@@ -421,16 +422,27 @@ class QueryEngine:
     def _quality_of(self, plan: _Plan, point: list[int]) -> list[dict[str, Any]] | None:
         """Quality findings (modperf.quality) on the measured points an answer stands on: the
         point itself when exact, else the measured corners of its interpolation box."""
-        keyed = self.store.table(*_slot_of(plan.template))
-        findings = self._findings(keyed)
         group = plan.findings_key
-        if not findings or group is None or group not in findings:
+        if group is None:
             return None
-        by_point = findings[group]
+        # per (file, group): its findings by point and the table's axes, or None where the group
+        # has none (most groups): then an answer costs one dict lookup here
+        key = (plan.template.files, group)
+        try:
+            found = self._quality_groups[key]
+        except KeyError:
+            keyed = self.store.table(*_slot_of(plan.template))
+            findings = self._findings(keyed)
+            found = (findings[group], tuple(keyed.spec.axes)) if findings and group in findings else None
+            with self._lock:
+                self._quality_groups[key] = found
+        if found is None:
+            return None
+        by_point, axes = found
         hits: list[dict[str, Any]] = []
         for cell in plan.grid.support(point):
             heads = cell.get(HEADS, plan.local)
-            coords = tuple(cell[a] for a in keyed.spec.axes)
+            coords = tuple(cell[a] for a in axes)
             hits.extend(by_point.get((heads, coords), ()))
         return hits or None
 

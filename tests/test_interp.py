@@ -322,3 +322,10 @@ def test_exact_fast_path_answers_as_the_general_path(db) -> None:
     # a float coordinate equal to a lattice value is that value (as the general path treats it)
     cell = tuple(float(v[0]) for v in grid.values)
     assert grid.lookup(cell) == grid._lookup(cell)
+
+
+@given(st.lists(st.integers(-2**40, 2**40), max_size=40))
+def test_sorted_unique_is_np_unique(values: list[int]) -> None:
+    arr = np.asarray(values, dtype=np.int64)
+    got = interp.sorted_unique(arr)
+    assert got.dtype == np.unique(arr).dtype and got.tolist() == np.unique(arr).tolist()

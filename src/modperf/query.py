@@ -33,7 +33,7 @@ from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
 from .families.base import HEADS, TP, PointTest, Tier
-from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid, Lookup
+from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid, Lookup, sorted_unique
 from .resolve import derive
 from .roofline import AxisWork, gpu_spec
 from .versions import version_key
@@ -159,7 +159,7 @@ class TableIndex:
         for b, key in enumerate(keyed.bucket_keys):
             groups.setdefault(tuple(key[i] for i in group_cols), []).append(b)
         values = {n: sorted({k[i] for k in keyed.bucket_keys}, key=_sort_key) for i, n in enumerate(names)}
-        axis_values = {a: np.unique(keyed.axes[a]).tolist() for a in keyed.spec.axes}
+        axis_values = {a: sorted_unique(keyed.axes[a]).tolist() for a in keyed.spec.axes}
         return cls(keyed, tuple(names[i] for i in group_cols), groups, values, axis_values)
 
     def grid(self, group: tuple[Any, ...], system: str | None) -> Grid:

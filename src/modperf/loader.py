@@ -20,7 +20,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -118,6 +117,8 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None =
             if on_done is not None:
                 on_done(i, len(items), result)
         return out
+    from concurrent.futures import ThreadPoolExecutor  # on use: a query never needs a pool
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for i, result in enumerate(pool.map(fn, items), 1):
             out.append(result)

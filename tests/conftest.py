@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from modperf.models import ModelRegistry
 # The suite never writes to the user's cache: every test (and every process a test starts, which
 # inherits the environment) keeps its keyed-table cache in a folder of its own session.
 _CACHE_DIR = tempfile.mkdtemp(prefix="modperf-test-cache-")
+atexit.register(shutil.rmtree, _CACHE_DIR, True)
 os.environ["MODPERF_CACHE_DIR"] = _CACHE_DIR
 os.environ.pop("MODPERF_NO_CACHE", None)
 

@@ -19,6 +19,7 @@ Rows:
 - warm single query, on grid / off grid (median and p99 of per-query medians);
 - ``query_many`` fixed cost (a one-point call, warm);
 - whole-corpus ``check`` and the cheapest read of the same files (ParquetFile, dictionary strings);
+- a database holding every table that loads: resident memory it adds, per row stored;
 - ``query --batch`` lines per second (a file of mixed MLA context/generation lines).
 
     python bench/cold.py [--runs 5] [--single 400]
@@ -217,6 +218,32 @@ print(json.dumps({"on": on, "off": off, "many": ts[len(ts) // 2] / 1000}))
 """
 
 
+DATABASE_CHILD = """
+import json, sys
+import modperf
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+try:
+    db = modperf.open(cache=json.loads(sys.argv[1]))
+except TypeError:  # a tree without the persisted cache
+    db = modperf.open()
+before = rss()
+kept, rows, points = [], 0, 0
+for ref in db.catalog.select(physical=True):
+    if modperf.family_of(ref.table) is None:
+        continue
+    try:
+        keyed = db.load(ref)
+    except modperf.ModperfError:
+        continue
+    kept.append(keyed)
+    rows += keyed.rows_stored
+    points += keyed.n_points
+print(json.dumps({"tables": len(kept), "rows": rows, "points": points, "bytes": rss() - before}))
+"""
+
+
 # --- in-process measures ----------------------------------------------------------------------
 
 
@@ -249,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single", type=int, default=2000, help="timed repetitions of one warm query")
     parser.add_argument("--batch-lines", type=int, default=50000)
     parser.add_argument("--skip-check", action="store_true", help="leave out the whole-corpus check row")
+    parser.add_argument("--skip-database", action="store_true", help="leave out the all-tables database row")
     parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
     args = parser.parse_args(argv)
 
@@ -415,6 +443,18 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((f"whole-corpus check (cheapest read of the same files: {r:.2f} s, "
                      f"{max(x[1] for x in reads):.0f} MiB)", "-", chk("modperf"),
                      chk("before") if args.before else "-", "-"))
+
+    if not args.skip_database:
+        def database(src: str, cache: bool) -> str:
+            _, peak, out = spawn([sys.executable, "-c", DATABASE_CHILD, json.dumps(cache)], env=env_for(src, cache_dir))
+            d = json.loads(out)
+            return (f"{d['bytes'] / 2**20:.0f} MiB held for {d['tables']} tables, {d['bytes'] / d['rows']:.1f} B/row "
+                    f"({d['bytes'] / d['points']:.1f} B/point; peak {peak:.0f} MiB)")
+
+        database(SRC, True)  # fills the cache
+        rows.append(("a database holding every table that loads (RSS growth / rows stored)", "-",
+                     f"cache: {database(SRC, True)}; no cache: {database(SRC, False)}",
+                     database(trees[1][1], False) if args.before else "-", "-"))
 
     shutil.rmtree(cache_dir, ignore_errors=True)
     header = ("measure", "aiconfigurator-core 0.12.0", "modperf", "modperf before (--before)", "ratio (modperf / tool)")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +13,13 @@ from tests.helpers import LEGACY_DIR, STALE_DIR, shared_fixtures, writable_copy
 
 import modperf
 from modperf.models import ModelRegistry
+
+# The suite never writes to the user's cache: every test (and every process a test starts, which
+# inherits the environment) keeps its keyed-table cache in a folder of its own session.
+_CACHE_DIR = tempfile.mkdtemp(prefix="modperf-test-cache-")
+atexit.register(shutil.rmtree, _CACHE_DIR, True)
+os.environ["MODPERF_CACHE_DIR"] = _CACHE_DIR
+os.environ.pop("MODPERF_NO_CACHE", None)
 
 
 @pytest.fixture(scope="session")

@@ -135,3 +135,20 @@ def test_cli_batch_input_that_is_not_a_file(tmp_path: Path, capsys, target: str)
             assert strict_json(out)["error"]["kind"] == "query_field"
         else:
             assert err.startswith("error (query_field): ")
+
+
+def test_small_dumps_writes_what_dumps_writes(db) -> None:
+    """Batch answer lines go through jsonio.dumps_small: the same strict text as jsonio.dumps,
+    for real answers and for every kind of value dumps makes plain."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from modperf.jsonio import dumps, dumps_small
+
+    answer = db.answer({**LINE}, quality=True).to_dict()
+    odd = {"nan": float("nan"), "inf": [float("-inf")], "np": np.float64(0.1), "npnan": np.float32("nan"),
+           "int": np.int64(7), "arr": np.array([1.5, np.nan]), "tuple": (1, (2, 3)), "path": Path("/x"),
+           "set": {3}, "bool": np.bool_(True), "nested": {"a": [{"b": 1e-300}]}}
+    for obj in (answer, odd, {"x": np.float64("nan")}, [np.float64(2.0)]):
+        assert dumps_small(obj) == dumps(obj)

@@ -181,3 +181,15 @@ def test_a_folder_named_like_a_table_and_leftover_temp_files(fixtures: Path, tmp
     problems: list[E.ModperfError] = []
     assert [r.table for r in refs_for_paths([tmp_path], problems)] == ["mla_context_module"]
     assert sorted(p.kind for p in problems) == ["stale_temp_file", "unreadable"]
+
+
+def test_slot_lookup_follows_a_replaced_list_of_slots(db) -> None:
+    from modperf.catalog import Catalog
+
+    catalog = Catalog.scan()
+    first = catalog.slots[0]
+    assert catalog.slot(*first.slot) is first
+    catalog.slots = catalog.slots[1:]
+    assert catalog.slot(*first.slot) is next((r for r in catalog.slots if r.slot == first.slot), None)
+    catalog.slots.append(first)
+    assert catalog.slot(*first.slot) is next(r for r in catalog.slots if r.slot == first.slot)

@@ -302,3 +302,30 @@ def test_monotone_data_gives_monotone_answers(b0: int, b1: int, s: int) -> None:
     assert g.lookup([lo, s]).latency_ms <= g.lookup([hi, s]).latency_ms
     s2 = min(128, s + 7)
     assert g.lookup([lo, s]).latency_ms <= g.lookup([lo, s2]).latency_ms
+
+
+def test_exact_fast_path_answers_as_the_general_path(db) -> None:
+    """Every lattice cell of a real grid (measured, interpolated, extrapolated, uncovered): the
+    scalar lookup (with its exact-hit fast path) returns what the general path returns."""
+    grid = db.queries.grid({"table": "mla_context_module", "system": "h200_sxm", "backend": "trtllm",
+                            "version": "1.3.0rc20", "model": "deepseek-ai/DeepSeek-V3", "tp_size": 8})
+    exact = 0
+    for cell in itertools.product(*[v.tolist() for v in grid.values]):
+        fast, general = grid.lookup(cell), grid._lookup(cell)
+        assert (fast.kind, fast.distance, fast.heads_used, fast.outside) == \
+            (general.kind, general.distance, general.heads_used, general.outside)
+        assert math.isnan(fast.latency_ms) if math.isnan(general.latency_ms) else \
+            fast.latency_ms.hex() == general.latency_ms.hex()
+        exact += fast.kind == EXACT
+        assert type(fast.latency_ms) is float
+    assert exact == grid.n_measured
+    # a float coordinate equal to a lattice value is that value (as the general path treats it)
+    cell = tuple(float(v[0]) for v in grid.values)
+    assert grid.lookup(cell) == grid._lookup(cell)
+
+
+@given(st.lists(st.integers(-2**40, 2**40), max_size=40))
+def test_sorted_unique_is_np_unique(values: list[int]) -> None:
+    arr = np.asarray(values, dtype=np.int64)
+    got = interp.sorted_unique(arr)
+    assert got.dtype == np.unique(arr).dtype and got.tolist() == np.unique(arr).tolist()

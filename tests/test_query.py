@@ -297,3 +297,19 @@ def test_query_many_checks_its_arrays(db):
                 np.array([True, False])):
         with pytest.raises(E.QueryFieldError, match=r"field 'batch_size' must hold numbers in 1\.\.1,048,576"):
             db.query_many(**base, batch_size=bad, isl=2048)
+
+
+def test_query_many_reuses_its_plan_only_for_the_same_fields(db):
+    """The vectorised plan is cached by the scalar fields and which fields are arrays: a second
+    call with another shard or another array answers like single queries, never from the
+    first call's plan."""
+    base = {k: v for k, v in KIMI.items() if k not in ("tp_size", "num_heads")}
+    batch = np.array([4, 8, 16])
+    for tp in (8, 4, 8):
+        lat, _ = db.query_many(**base, tp_size=tp, batch_size=batch, isl=2048)
+        singles = [db.answer({**base, "tp_size": tp, "batch_size": int(b), "isl": 2048}, quality=False)
+                   for b in batch]
+        assert [x.hex() for x in lat.tolist()] == [s.latency_ms.hex() for s in singles]
+    lat, _ = db.query_many(**base, tp_size=8, batch_size=4, isl=np.array([2048, 4096]))
+    assert lat.tolist() == [db.answer({**base, "tp_size": 8, "batch_size": 4, "isl": i}, quality=False).latency_ms
+                            for i in (2048, 4096)]

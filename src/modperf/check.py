@@ -11,14 +11,16 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import errors as E
 from . import limits
 from .catalog import TableRef
 from .families import family_of, registry
 from .loader import Loaded, Scope, load_groups, load_many
-from .quality import QualityReport, Thresholds, assess_loaded, group_key, sort_files
+
+if TYPE_CHECKING:  # the plausibility checks load with --quality only
+    from .quality import QualityReport, Thresholds
 
 ProgressCallback = Callable[[int, int, Any], None]
 
@@ -185,6 +187,8 @@ def check(
         by_path = load_many(selection, FileResult.from_load, workers=workers, on_progress=on_progress)
         results = [by_path[ref.path] for ref in selection.refs]
     else:
+        from .quality import QualityReport, assess_loaded, group_key, sort_files
+
         q_start = time.perf_counter()
 
         def each(group: list[Loaded]) -> list[tuple[FileResult, Any]]:

@@ -27,10 +27,12 @@ class Database:
     """
 
     def __init__(self, data_root: str | os.PathLike[str] | None = None,
-                 model_configs: Iterable[str | os.PathLike[str]] | None = None) -> None:
+                 model_configs: Iterable[str | os.PathLike[str]] | None = None, *, cache: bool | None = None) -> None:
         self.catalog = Catalog.scan(data_root)
         self.models = ModelRegistry.default(model_configs)
-        self.store = TableStore(self.catalog, self.models)
+        #: ``cache``: keyed tables from the persisted cache (modperf.cache); None: on unless
+        #: MODPERF_NO_CACHE is set.
+        self.store = TableStore(self.catalog, self.models, cache=cache)
         self._query_engine: QueryEngine | None = None
 
     @property
@@ -87,5 +89,7 @@ class Database:
 
 
 def open(data_root: str | os.PathLike[str] | None = None,  # noqa: A001  (modperf.open, by design)
-         model_configs: Iterable[str | os.PathLike[str]] | None = None) -> Database:
-    return Database(data_root, model_configs)
+         model_configs: Iterable[str | os.PathLike[str]] | None = None, *, cache: bool | None = None) -> Database:
+    """The database of a data root (the embedded corpus by default); ``cache=False`` keys every
+    table from its file instead of the persisted cache (modperf.cache)."""
+    return Database(data_root, model_configs, cache=cache)

@@ -111,6 +111,15 @@ _LUT_MAX = 1 << 22
 Roofline = Callable[[Sequence[Any]], Any]
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` (sorted distinct values), without it: numpy 2's ``unique`` imports
+    ``numpy.ma`` on its first call (~13 ms of a cold query)."""
+    out = np.sort(values, axis=None)
+    if out.size > 1:
+        out = out[np.concatenate(([True], out[1:] != out[:-1]))]
+    return out
+
+
 def octave(x: float) -> float:
     """Distance unit for extrapolation: log2(value + 1), so that 0 (an empty prefix) is finite."""
     return math.log2(x + 1.0)
@@ -146,7 +155,7 @@ class Grid:
         self.heads_pos = self.axes.index(heads_axis) if heads_axis in self.axes else -1
         self.limit = float(limit)
         self.roofline = roofline
-        self.values = [np.unique(np.asarray(points[a], dtype=np.int64)) for a in self.axes]
+        self.values = [sorted_unique(np.asarray(points[a], dtype=np.int64)) for a in self.axes]
         self.shape = tuple(int(v.size) for v in self.values)
         self.strides = _strides(self.shape)
         self.octaves = [np.log2(v.astype(np.float64) + 1.0) for v in self.values]
@@ -310,11 +319,32 @@ class Grid:
         self._lat_py = self._lat_p.tolist()
         self._dist_py = self._dist_p.tolist()
         self._state_py = self._state_p.tolist()
+        # per axis, lattice value -> index: a point on lattice values finds its cell without a
+        # search (the exact-hit fast path of the scalar lookup)
+        self._index_py = [{v: i for i, v in enumerate(vals)} for vals in self._values_py]
 
     # -- scalar lookup --------------------------------------------------------------------
 
     def lookup(self, point: Sequence[float]) -> Lookup:
         """Latency at ``point`` (one value per axis, in ``self.axes`` order)."""
+        # fast path: every coordinate a lattice value and the cell measured (the stored latency,
+        # as the general path below returns it)
+        pstrides = self._pstrides
+        base = 0
+        heads: tuple[int, ...] = ()
+        for a, x in enumerate(point):
+            i = self._index_py[a].get(x)
+            if i is None:
+                break
+            base += i * pstrides[a]
+            if a == self.heads_pos:
+                heads = (self._values_py[a][i],)
+        else:
+            if self._state_py[base] == MEASURED_CELL:
+                return Lookup(self._lat_py[base], EXACT, 0.0, heads, ())
+        return self._lookup(point)
+
+    def _lookup(self, point: Sequence[float]) -> Lookup:
         outside: list[str] = []
         proj_dist = 0.0
         clipped = list(point)
@@ -322,8 +352,15 @@ class Grid:
         parts: list[tuple[int, float]] = []  # (padded stride, upper weight) of axes off a lattice value
         heads_used: tuple[int, ...] = ()
         pstrides = self._pstrides
+        index_py = self._index_py
         for a, x in enumerate(point):
             vals = self._values_py[a]
+            i = index_py[a].get(x)
+            if i is not None:  # on a lattice value (so inside the range): no search, weight 0
+                base += i * pstrides[a]
+                if a == self.heads_pos:
+                    heads_used = (vals[i],)
+                continue
             if x < vals[0] or x > vals[-1]:
                 xc = vals[0] if x < vals[0] else vals[-1]
                 proj_dist += abs(octave(x) - octave(xc))
@@ -610,14 +647,26 @@ class Grid:
 
     def nearest_covered(self, point: Sequence[float], count: int = 3) -> list[dict[str, int]]:
         """The measured lattice points closest to ``point`` (octave distance), for error messages."""
-        idx = np.flatnonzero(self.state.ravel() == MEASURED_CELL)
+        measured = self.__dict__.get("_measured_octaves")
+        if measured is None:  # every refusal asks: the measured cells' octaves, once per grid
+            idx = np.flatnonzero(self.state.ravel() == MEASURED_CELL)
+            sub = np.unravel_index(idx, self.shape)
+            measured = (idx, [self.octaves[a][sub[a]] for a in range(len(self.shape))])
+            self.__dict__["_measured_octaves"] = measured
+        idx, octs = measured
         if idx.size == 0:
             return []
-        sub = np.unravel_index(idx, self.shape)
         d = np.zeros(idx.size)
         for a, x in enumerate(point):
-            d += np.abs(self.octaves[a][sub[a]] - octave(float(x)))
-        best = idx[np.argsort(d, kind="stable")[:count]]
+            d += np.abs(octs[a] - octave(float(x)))
+        if count >= 1 and idx.size > 4 * count:
+            # the nearest ``count`` in a stable order (ties by cell index), without sorting all:
+            # every cell at or below the count-th smallest distance, then those in stable order
+            kth = np.partition(d, count - 1)[count - 1]
+            near = np.flatnonzero(d <= kth)
+            best = idx[near[np.argsort(d[near], kind="stable")[:count]]]
+        else:
+            best = idx[np.argsort(d, kind="stable")[:count]]
         out = []
         for f in best:
             s = np.unravel_index(int(f), self.shape)

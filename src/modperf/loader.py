@@ -20,24 +20,24 @@ import os
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pyarrow as pa
-
+from . import cache as keyed_cache
 from . import errors as E
-from .buckets import KeyedTable, build_buckets
+from .buckets import KeyedTable
 from .catalog import Catalog, TableRef, refs_for_paths, sidecar_problems
 from .families import declared_tables, family_of, model_head_axis_tables
 from .families import registry as family_registry
 from .families.base import Family
-from .keyed_guards import check_points
 from .models import ModelRegistry
-from .reader import read_table
-from .validate import ValidatedTable, validate_table
 from .versions import version_key
+
+if TYPE_CHECKING:  # reading, validation and keying load on first use: a cached table needs none of them
+    import pyarrow as pa
+
+    from .validate import ValidatedTable
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -66,6 +66,11 @@ class Loaded:
 
 def load_one(ref: TableRef, registry: ModelRegistry, *, keep_arrow: bool = False) -> Loaded:
     """Validate and key one table; data problems land in ``failures``, never raise."""
+    from .buckets import build_buckets
+    from .keyed_guards import check_points
+    from .reader import read_table
+    from .validate import validate_table
+
     start = time.perf_counter()
     family = family_of(ref.table)
     if family is None:
@@ -112,6 +117,8 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int | None =
             if on_done is not None:
                 on_done(i, len(items), result)
         return out
+    from concurrent.futures import ThreadPoolExecutor  # on use: a query never needs a pool
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for i, result in enumerate(pool.map(fn, items), 1):
             out.append(result)
@@ -270,9 +277,13 @@ class TableStore:
     failure raises TableRejectedError). A slot that ``reuse.yaml`` declares reused is answered
     from the donor's file; ``ref.reuse`` says so."""
 
-    def __init__(self, catalog: Catalog, models: ModelRegistry) -> None:
+    def __init__(self, catalog: Catalog, models: ModelRegistry, *, cache: bool | None = None) -> None:
         self.catalog = catalog
         self.models = models
+        #: Whether keyed tables come from (and go to) the persisted cache (modperf.cache); None:
+        #: on unless MODPERF_NO_CACHE is set.
+        self.cache = keyed_cache.enabled(cache)
+        self._registry_fp: str | None = None
         self._tables: dict[Path, KeyedTable] = {}
         #: Files the loader rejected, with the error: a batch of a million lines asking the same
         #: rejected table reads and validates it once, not once per line.
@@ -327,7 +338,7 @@ class TableStore:
         if rejected is not None:
             raise rejected.with_traceback(None)
         try:
-            keyed = load_table(ref, self.models)
+            keyed = self._build(ref)
         except E.ModperfError as exc:
             with self._lock:
                 self._rejected[ref.path] = exc
@@ -335,6 +346,13 @@ class TableStore:
         with self._lock:
             self._tables[ref.path] = keyed
         return keyed if keyed.ref == ref else keyed.seen_as(ref)
+
+    def _build(self, ref: TableRef) -> KeyedTable:
+        if not self.cache:
+            return load_table(ref, self.models)
+        if self._registry_fp is None:
+            self._registry_fp = keyed_cache.registry_fingerprint(self.models)
+        return keyed_cache.load_keyed(ref, self.models, load_table, registry_fp=self._registry_fp)
 
     def table(self, system: str, backend: str, version: str, table: str) -> KeyedTable:
         return self.load(self.ref(system, backend, version, table))

@@ -33,7 +33,7 @@ from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
 from .families.base import HEADS, TP, PointTest, Tier
-from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid, Lookup
+from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid, Lookup, sorted_unique
 from .resolve import derive
 from .roofline import AxisWork, gpu_spec
 from .versions import version_key
@@ -159,7 +159,7 @@ class TableIndex:
         for b, key in enumerate(keyed.bucket_keys):
             groups.setdefault(tuple(key[i] for i in group_cols), []).append(b)
         values = {n: sorted({k[i] for k in keyed.bucket_keys}, key=_sort_key) for i, n in enumerate(names)}
-        axis_values = {a: np.unique(keyed.axes[a]).tolist() for a in keyed.spec.axes}
+        axis_values = {a: sorted_unique(keyed.axes[a]).tolist() for a in keyed.spec.axes}
         return cls(keyed, tuple(names[i] for i in group_cols), groups, values, axis_values)
 
     def grid(self, group: tuple[Any, ...], system: str | None) -> Grid:
@@ -300,6 +300,8 @@ class QueryEngine:
         self._quality_index: dict[Any, dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]] = {}
         self._indexes: dict[Any, TableIndex] = {}
         self._plans: dict[tuple[Any, ...], _Plan] = {}
+        self._many_plans: dict[tuple[Any, ...], _Plan] = {}
+        self._quality_groups: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
 
     def index(self, keyed: KeyedTable) -> TableIndex:
@@ -342,10 +344,16 @@ class QueryEngine:
                 "model": "utilisation held against the roofline of " + gpu_spec(t.system).name
                          + ("" if gpu_spec(t.system).from_file else " (default GPU: no spec file)"),
             }
-        answer = replace(
-            t, latency_ms=found.latency_ms, kind=KIND_NAMES[found.kind],
-            locals_used=found.heads_used if found.heads_used else t.locals_used, fields=resolved,
-            extrapolation=extrapolation)
+        # a shallow copy of the template with the point's part set (dataclasses.replace, without
+        # its per-field keyword round trip: a few microseconds of every answer)
+        answer = object.__new__(Answer)
+        answer.__dict__.update(t.__dict__)
+        answer.latency_ms = found.latency_ms
+        answer.kind = KIND_NAMES[found.kind]
+        if found.heads_used:
+            answer.locals_used = found.heads_used
+        answer.fields = resolved
+        answer.extrapolation = extrapolation
         if self.annotate_quality if quality is None else quality:
             answer.quality = self._quality_of(plan, point)
         return answer
@@ -353,7 +361,8 @@ class QueryEngine:
     def _cached_plan(self, fields: Mapping[str, Any]) -> _Plan:
         plan_key: tuple[Any, ...] | None
         # the type is part of the key: 0 == False and 1 == True, but only a bool is a flag (modperf.limits)
-        plan_key = tuple(sorted((k, type(v), v) for k, v in fields.items() if k not in _AXIS_NAMES))
+        # (in the order given: the same fields in another order are another entry of one plan)
+        plan_key = tuple([(k, type(v), v) for k, v in fields.items() if k not in _AXIS_NAMES])
         try:
             plan = self._plans.get(plan_key)
         except TypeError:  # an unhashable value: resolve without the cache
@@ -418,16 +427,27 @@ class QueryEngine:
     def _quality_of(self, plan: _Plan, point: list[int]) -> list[dict[str, Any]] | None:
         """Quality findings (modperf.quality) on the measured points an answer stands on: the
         point itself when exact, else the measured corners of its interpolation box."""
-        keyed = self.store.table(*_slot_of(plan.template))
-        findings = self._findings(keyed)
         group = plan.findings_key
-        if not findings or group is None or group not in findings:
+        if group is None:
             return None
-        by_point = findings[group]
+        # per (file, group): its findings by point and the table's axes, or None where the group
+        # has none (most groups): then an answer costs one dict lookup here
+        key = (plan.template.files, group)
+        try:
+            found = self._quality_groups[key]
+        except KeyError:
+            keyed = self.store.table(*_slot_of(plan.template))
+            findings = self._findings(keyed)
+            found = (findings[group], tuple(keyed.spec.axes)) if findings and group in findings else None
+            with self._lock:
+                self._quality_groups[key] = found
+        if found is None:
+            return None
+        by_point, axes = found
         hits: list[dict[str, Any]] = []
         for cell in plan.grid.support(point):
             heads = cell.get(HEADS, plan.local)
-            coords = tuple(cell[a] for a in keyed.spec.axes)
+            coords = tuple(cell[a] for a in axes)
             hits.extend(by_point.get((heads, coords), ()))
         return hits or None
 
@@ -471,11 +491,28 @@ class QueryEngine:
         shape, each point is answered from its own lane."""
         arrays = {k: v for k, v in fields.items() if isinstance(v, (np.ndarray, list, tuple))}
         scalar = {k: v for k, v in fields.items() if k not in arrays}
-        probe = dict(scalar)
-        for k, v in arrays.items():
-            flat = np.asarray(v).ravel()
-            probe[k] = flat[0].item() if flat.size else 0  # parsed (and refused) like any field
-        plan = self._plan(probe, vector_fields=set(arrays))
+        # the plan depends on the scalar fields and on which fields are arrays, not on the arrays'
+        # values, when every array is a numeric axis (as the single-query plan cache assumes):
+        # reuse it then (a sweep calls this in a loop)
+        plan_key: tuple[Any, ...] | None = None
+        if arrays.keys() <= _AXIS_NAMES:
+            plan_key = ("many", frozenset(arrays), *[(k, type(v), v) for k, v in scalar.items()])
+            try:
+                plan = self._many_plans.get(plan_key)
+            except TypeError:  # an unhashable value: resolve without the cache
+                plan, plan_key = None, None
+        else:
+            plan = None
+        if plan is None:
+            probe = dict(scalar)
+            for k, v in arrays.items():
+                flat = np.asarray(v).ravel()
+                probe[k] = flat[0].item() if flat.size else 0  # parsed (and refused) like any field
+            plan = self._plan(probe, vector_fields=set(arrays))
+            if plan_key is not None:
+                if len(self._many_plans) >= self.PLAN_CACHE:
+                    self._many_plans.clear()
+                self._many_plans[plan_key] = plan
         cols: list[Any] = []
         for name in plan.axis_fields:
             if name == HEADS:
@@ -483,8 +520,9 @@ class QueryEngine:
             elif name in arrays:
                 col = np.asarray(arrays[name])
                 rng = limits.range_of(name)
-                if col.size and (not np.issubdtype(col.dtype, np.number) or np.issubdtype(col.dtype, np.bool_)
-                                 or not np.isfinite(col).all() or (col < rng.low).any() or (col > rng.high).any()):
+                kind = col.dtype.kind  # numbers (integer, float, complex), not booleans
+                if col.size and (kind not in "iufc" or (kind not in "iu" and not np.isfinite(col).all())
+                                 or col.min() < rng.low or col.max() > rng.high):
                     raise E.QueryFieldError(f"field {name!r} must hold numbers in {rng.describe()} ({rng.what})",
                                             values={"field": name, "range": [rng.low, rng.high]},
                                             fix=_field_help(grid_keyed(self, plan)))

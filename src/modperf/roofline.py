@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 #: Used when the system has no spec file (a user data root): an H100-class balance point.
 DEFAULT_GPU = {"bfloat16_tc_flops": 989e12, "fp8_tc_flops": 1979e12, "mem_bw": 3.35e12}
@@ -106,8 +105,10 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
             folder = Path(systems_dir)
         path = folder / f"{system}.yaml" if folder is not None else None
         if path is not None and path.is_file():
+            import yaml  # on use: only a system's spec file needs it
+
             try:
-                doc = yaml.safe_load(path.read_text()) or {}
+                doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
                 data = doc.get("gpu") or {}
                 node = doc.get("node") or {}
                 misc = doc.get("misc") or {}

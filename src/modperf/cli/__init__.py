@@ -1,29 +1,55 @@
-"""The ``modperf`` command line: a thin typer layer over the library."""
+"""The ``modperf`` command line: a thin typer layer over the library.
+
+A run imports only the module of the command it runs (``modperf query`` never imports the
+audits, plotting or migration); ``modperf --help``, an unknown command, and ``modperf.cli.app``
+(the full application, for tests and embedding) import every command module.
+"""
 
 from __future__ import annotations
 
-import typer
-from rich.markup import escape
+import importlib
+from typing import TYPE_CHECKING, Any
 
-app = typer.Typer(
-    name="modperf",
-    help="Performance database for LLM-inference attention modules, with an unambiguous head axis.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+if TYPE_CHECKING:
+    import typer
 
-# Each module registers its commands on ``app``.
-from . import (  # noqa: E402,F401  (imported after app exists, for their command registration)
-    check_cmd,
-    coverage_cmd,
-    dedupe_cmd,
-    estimate_cmd,
-    ls_cmd,
-    migrate_cmd,
-    predict_cmd,
-    query_cmd,
-)
+#: Command name -> the module that registers it.
+COMMANDS = {
+    "check": "check_cmd", "coverage": "coverage_cmd", "dedupe": "dedupe_cmd", "estimate": "estimate_cmd",
+    "ls": "ls_cmd", "migrate": "migrate_cmd", "predict": "predict_cmd", "query": "query_cmd",
+    "cache": "cache_cmd",
+}
+#: Options taken before the command name (the application's own).
+_GLOBAL_FLAGS = ("--no-cache",)
+
+
+def _load(names: Any) -> typer.Typer:
+    for name in names:
+        importlib.import_module(f"{__name__}.{COMMANDS[name]}")
+    from ._app import app
+
+    return app
+
+
+def full_app() -> typer.Typer:
+    """The application with every command registered."""
+    return _load(COMMANDS)
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The application with the command ``args`` names registered (every command when they name
+    none or one that does not exist: the help and the error list them all)."""
+    for arg in args:
+        if arg in _GLOBAL_FLAGS:
+            continue
+        return _load([arg] if arg in COMMANDS else COMMANDS)
+    return _load(COMMANDS)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,17 +58,22 @@ def main(argv: list[str] | None = None) -> None:
     error object too, so that a script sees one format whatever went wrong."""
     import sys
 
-    from .. import errors as E
-    from ..jsonio import dumps
-    from ._common import err_console
+    import typer
 
     args = sys.argv[1:] if argv is None else list(argv)
+    app = _app_for(args)
     try:
         code = app(args=args, standalone_mode=False, prog_name="modperf")
     except typer.TyperException as exc:  # the parser's errors (typer's vendored click)
         if type(exc).__name__ == "NoArgsIsHelpError" or not hasattr(exc, "format_message"):
             getattr(exc, "show", lambda: None)()  # `modperf` alone: the help text
             sys.exit(exc.exit_code)
+        from rich.markup import escape
+
+        from .. import errors as E
+        from ..jsonio import dumps
+        from ._common import err_console
+
         message = E.clean(exc.format_message())
         if "--json" in args:
             error = E.UsageError(f"command line: {message}", fix="see `modperf --help` or `modperf COMMAND --help`")
@@ -56,4 +87,4 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-__all__ = ["app", "main"]
+__all__ = ["COMMANDS", "app", "full_app", "main"]

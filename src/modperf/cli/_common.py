@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, cast
+from typing import IO, Annotated, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -134,3 +135,21 @@ def handles_errors(fn: F) -> F:
 
 def paths_or_none(paths: list[Path] | None) -> list[str] | None:
     return [str(p) for p in paths] if paths else None
+
+
+def open_batch(path: str) -> IO[bytes]:
+    """The batch input as bytes: each line is decoded on its own, so one line that is not
+    UTF-8 gets its own error line instead of ending the batch."""
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        stream = open(path, "rb")  # noqa: SIM115  (returned open; the caller closes it)
+    except OSError as exc:
+        raise E.QueryFieldError(f"cannot read batch file: {exc.strerror}", file=path,
+                                fix="pass a file of JSON lines, or - for stdin") from exc
+    mode = os.fstat(stream.fileno()).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a device such as /dev/zero has no lines
+        stream.close()
+        raise E.QueryFieldError("the batch input is not a file or a pipe", file=path,
+                                fix="pass a file of JSON lines, or - for stdin")
+    return stream

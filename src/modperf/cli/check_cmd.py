@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..check import CheckReport, check
 from ..quality import Thresholds
-from . import app
+from ._app import app
 from ._common import (
     DataRootOpt,
     JsonOpt,

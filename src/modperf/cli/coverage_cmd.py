@@ -22,7 +22,7 @@ from ..coverage import (
     parse_tps,
     to_csv,
 )
-from . import app
+from ._app import app
 from ._audit_format import short_count
 from ._common import (
     DataRootOpt,

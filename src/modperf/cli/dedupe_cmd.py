@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..dedupe import DEFAULT_EXAMPLES, DEFAULT_TOLERANCE, DedupeReport, dedupe
-from . import app
+from ._app import app
 from ._audit_format import compact_key, short_label
 from ._audit_format import pct as _pct
 from ._common import (

@@ -13,7 +13,7 @@ from ..db import Database
 from ..deployment import parse_tps
 from ..estimate import Estimate, TpEstimate, estimate
 from ..model_step import COMPONENTS, OP_KINDS, ModelEstimate, OpCost
-from . import app
+from ._app import app
 from ._common import (
     DataRootOpt,
     JsonOpt,

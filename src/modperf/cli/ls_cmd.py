@@ -10,7 +10,7 @@ from rich.table import Table
 
 from .. import errors as E
 from ..inventory import list_tables
-from . import app
+from ._app import app
 from ._common import DataRootOpt, JsonOpt, console, emit_json, handles_errors
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from .. import errors as E
 from ..migrate import NOTHING, REFUSED, FilePlan, MigrationReport, migrate
-from . import app
+from ._app import app
 from ._common import JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
 
 

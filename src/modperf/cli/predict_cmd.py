@@ -14,9 +14,8 @@ from ..batch import error_line, parse_line, read_lines
 from ..db import Database
 from ..jsonio import dumps
 from ..predict import Prediction, deployment_from_row, predict
-from . import app
-from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
-from .query_cmd import _open_batch
+from ._app import app
+from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors, open_batch
 
 
 def _opt(name: str, help_text: str) -> Any:
@@ -144,7 +143,7 @@ def predict_command(
 
 
 def _run_batch(db: Database, path: str, *, fitted: bool) -> int:
-    stream = _open_batch(path)
+    stream = open_batch(path)
     failed = 0
     try:
         for number, line in enumerate(read_lines(stream), 1):

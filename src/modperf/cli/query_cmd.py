@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import stat
 import sys
-from typing import IO, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -14,7 +12,7 @@ from rich.table import Table
 from .. import errors as E
 from ..batch import read_lines, run_lines
 from ..db import Database
-from . import app
+from ._app import app
 from ._common import (
     DataRootOpt,
     JsonOpt,
@@ -22,6 +20,7 @@ from ._common import (
     console,
     emit_json,
     handles_errors,
+    open_batch,
 )
 
 
@@ -46,24 +45,6 @@ def parse_extra_fields(args: list[str]) -> dict[str, str]:
         fields[name.replace("-", "_")] = value
         i += 1
     return fields
-
-
-def _open_batch(path: str) -> IO[bytes]:
-    """The batch input as bytes: each line is decoded on its own, so one line that is not
-    UTF-8 gets its own error line instead of ending the batch."""
-    if path == "-":
-        return sys.stdin.buffer
-    try:
-        stream = open(path, "rb")  # noqa: SIM115  (returned open; the caller closes it)
-    except OSError as exc:
-        raise E.QueryFieldError(f"cannot read batch file: {exc.strerror}", file=path,
-                                fix="pass a file of JSON lines, or - for stdin") from exc
-    mode = os.fstat(stream.fileno()).st_mode
-    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a device such as /dev/zero has no lines
-        stream.close()
-        raise E.QueryFieldError("the batch input is not a file or a pipe", file=path,
-                                fix="pass a file of JSON lines, or - for stdin")
-    return stream
 
 
 def print_answer(answer: dict[str, Any]) -> None:
@@ -162,7 +143,7 @@ def query_command(
     fields = {k: v for k, v in fields.items() if v is not None}
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     if batch is not None:
-        stream = _open_batch(batch)
+        stream = open_batch(batch)
         failed = 0
         try:
             for ok, line in run_lines(read_lines(stream), db.queries.query, fields):

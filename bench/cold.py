@@ -1,0 +1,472 @@
+"""Cold start, memory and single-query speed, modperf beside the best tool (issue 10).
+
+Every row of the issue's table, measured in one run, interleaved (run k of every variant before
+run k+1 of any), ``--runs`` times; a cell is the median with the spread (min-max) of the runs.
+Process rows time a fresh interpreter from spawn to exit and read its peak RSS from the kernel
+(``wait4``). The tool (aiconfigurator-core, the wheel modperf reads its corpus from) runs only in
+child processes: its cold rows through ``bench/aiconfigurator_child.py``, its warm query through
+a small timing script given to a child interpreter; modperf never imports it.
+
+Rows:
+
+- cold process, one family's context + generation query (MLA module trtllm, GQA sglang, DSV4 CSA
+  sglang, h200_sxm): modperf with its persisted cache warm (the cache of an earlier process),
+  and with ``cache=False`` (every table keyed from its file, as a first-ever run);
+- cold process, one query on each attention table of h200_sxm that the tool can be asked about
+  (one slot per table);
+- library import (``import modperf`` vs ``import aiconfigurator_core``, and the floor
+  ``import numpy, pyarrow.parquet``);
+- warm single query, on grid / off grid (median and p99 of per-query medians);
+- ``query_many`` fixed cost (a one-point call, warm);
+- whole-corpus ``check`` and the cheapest read of the same files (ParquetFile, dictionary strings);
+- a database holding every table that loads: resident memory it adds, per row stored;
+- ``query --batch`` lines per second (a file of mixed MLA context/generation lines).
+
+    python bench/cold.py [--runs 5] [--single 400]
+
+Prints one table; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from aiconfigurator_side import NotDrivable, point_query  # noqa: E402
+
+import modperf  # noqa: E402
+from modperf.buckets import NATIVE  # noqa: E402
+from modperf.families import model_head_axis_tables  # noqa: E402
+from modperf.families.base import HEADS, TP, Tier  # noqa: E402
+
+SYSTEM = "h200_sxm"
+FAMILIES = [
+    ("MLA module trtllm", "trtllm", "1.3.0rc20", ("mla_context_module", "mla_generation_module")),
+    ("GQA sglang", "sglang", "0.5.14", ("context_attention", "generation_attention")),
+    ("DSV4 CSA sglang", "sglang", "0.5.14", ("dsv4_csa_context_module", "dsv4_csa_generation_module")),
+]
+CHILD = BENCH / "aiconfigurator_child.py"
+SRC = str(BENCH.parent / "src")
+TIME = shutil.which("time") or "/usr/bin/time"  # GNU time: the child's peak RSS
+#: Child processes compile modperf's modules once into a bytecode cache of their own (as an
+#: installed package has; the tool's wheel ships its .pyc files too), not into the checkout.
+#: A shell that sets PYTHONDONTWRITEBYTECODE would otherwise compile every module in every run.
+PYCACHE = str(Path(tempfile.gettempdir()) / "modperf-bench-pycache")
+_BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPYCACHEPREFIX": PYCACHE}
+ENV = {**_BASE_ENV, "PYTHONPATH": str(BENCH.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+# --- the questions ------------------------------------------------------------------------
+
+
+def question(db: modperf.Database, ref: modperf.TableRef) -> tuple[dict[str, Any], list[Any]] | None:
+    """One measured point of a table as (modperf's fields, the tool's query), or None when the
+    tool cannot be asked about the table. The point is a measured one that modperf answers
+    exactly (the first such of the first buckets)."""
+    keyed = db.load(ref)
+    derived = {NATIVE, "local_num_heads", HEADS, TP}
+    for b in range(min(keyed.n_buckets, 50)):
+        key = dict(zip(keyed.key_names, keyed.bucket_keys[b]))
+        p = int(keyed.offsets[b])
+        try:
+            tool = point_query(keyed, db, b, p)
+        except NotDrivable:
+            return None
+        except Exception:
+            continue
+        fields: dict[str, Any] = {"table": ref.table, "system": ref.system, "backend": ref.backend,
+                                  "version": ref.version}
+        fields.update({k: v for k, v in key.items() if k not in derived})
+        fields.update({a: int(keyed.axes[a][p]) for a in keyed.spec.axes})
+        local = int(keyed.bucket_local[b])
+        if keyed.family.tier is Tier.NATIVE:
+            fields.update(native_heads=int(key[HEADS]), tp_size=int(key[TP]))
+        elif keyed.family.tier is Tier.NATIVE_LOCAL:
+            fields.update(native_heads=int(key[NATIVE]), num_heads=local)
+        elif keyed.spec.head_axis:
+            fields["num_heads"] = local
+        try:
+            if db.answer(fields, quality=False).kind == "exact":
+                return fields, tool
+        except modperf.ModperfError:
+            continue
+    return None
+
+
+# --- child processes ------------------------------------------------------------------------
+
+MODPERF_CHILD = """
+import json, sys
+import modperf
+try:
+    db = modperf.open(cache=json.loads(sys.argv[2]))
+except TypeError:  # a tree without the persisted cache
+    db = modperf.open()
+out = [db.answer(f, quality=False).latency_ms for f in json.loads(sys.argv[1])]
+print(json.dumps(out))
+"""
+
+
+def spawn(cmd: list[str], stdin: str | None = None, env: dict[str, str] | None = None,
+          ok: tuple[int, ...] = (0,)) -> tuple[float, float, str]:
+    """(seconds, peak RSS MiB, stdout) of one child process. GNU time starts it and reports its
+    peak RSS (a child forked from this process directly would count this process's pages)."""
+    start = time.perf_counter()
+    proc = subprocess.run([TIME, "-f", "MODPERF_RSS_KB %M", *cmd], input=stdin, capture_output=True, text=True,
+                          env=env or ENV)
+    seconds = time.perf_counter() - start
+    if proc.returncode not in ok:
+        raise RuntimeError(f"{' '.join(cmd[:3])} exited {proc.returncode}: {proc.stderr[-800:]}")
+    rss = [line for line in proc.stderr.splitlines() if line.startswith("MODPERF_RSS_KB ")]
+    return seconds, int(rss[-1].split()[1]) / 1024.0, proc.stdout
+
+
+def env_for(src: str, cache_dir: str) -> dict[str, str]:
+    return {**_BASE_ENV, "PYTHONPATH": src + os.pathsep + str(BENCH), "MODPERF_CACHE_DIR": cache_dir}
+
+
+def modperf_cold(queries: list[dict[str, Any]], cache: bool, cache_dir: str, src: str = SRC) -> tuple[float, float]:
+    env = env_for(src, cache_dir)
+    s, rss, out = spawn([sys.executable, "-c", MODPERF_CHILD, json.dumps(queries), json.dumps(cache)], env=env)
+    assert len(json.loads(out)) == len(queries)
+    return s, rss
+
+
+def tool_cold(root: str, requests: list[dict[str, Any]]) -> tuple[float, float]:
+    stdin = "".join(json.dumps({"root": root, **r}) + "\n" for r in requests)
+    s, rss, out = spawn([sys.executable, str(CHILD)], stdin=stdin)
+    lines = out.splitlines()
+    assert json.loads(lines[0]).get("ready"), lines[0]
+    for line in lines[1:]:
+        reply = json.loads(line)
+        assert all(v is not None for v in reply["latency"]), reply["error"]
+    return s, rss
+
+
+def tool_requests(pairs: list[tuple[modperf.TableRef, list[Any]]]) -> list[dict[str, Any]]:
+    by_slot: dict[tuple[str, str, str], list[list[Any]]] = {}
+    for ref, q in pairs:
+        by_slot.setdefault((str(ref.system), str(ref.backend), str(ref.version)), []).append(q)
+    return [{"system": s, "backend": b, "version": v, "queries": qs} for (s, b, v), qs in by_slot.items()]
+
+
+TOOL_WARM = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import aiconfigurator_child as child
+import aiconfigurator_core as core
+req = json.loads(sys.argv[2])
+engine = child._engine(core, req["system"], req["backend"], req["version"], req["root"])
+out = []
+for op, is_context, batch, s, prefix in req["queries"]:
+    ops = json.dumps([op])
+    engine.evaluate_ops_json(ops, bool(is_context), int(batch), int(s), int(prefix), 1.0, None)
+    ts = []
+    for _ in range(int(sys.argv[3])):
+        t = time.perf_counter_ns()
+        engine.evaluate_ops_json(ops, bool(is_context), int(batch), int(s), int(prefix), 1.0, None)
+        ts.append(time.perf_counter_ns() - t)
+    ts.sort()
+    out.append([ts[len(ts) // 2] / 1000, ts[int(len(ts) * 0.99)] / 1000])
+print(json.dumps(out))
+"""
+
+
+WARM_CHILD = """
+import json, sys, time
+import numpy as np
+import modperf
+db = modperf.open()
+cases, n = json.loads(sys.argv[1]), int(sys.argv[2])
+def timed(fields):
+    db.answer(fields)
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        db.answer(fields)
+        ts.append(time.perf_counter_ns() - t)
+    ts.sort()
+    return [ts[len(ts) // 2] / 1000, ts[int(len(ts) * 0.99)] / 1000]
+on = [timed(f) for f, _ in cases]
+off = [timed(m) for _, m in cases if m is not None]
+fields = cases[0][0]
+axes = [a for a in ("batch_size", "isl", "step") if a in fields]
+scalar = {k: v for k, v in fields.items() if k not in axes}
+arrays = {a: np.array([fields[a]]) for a in axes}
+db.query_many(**scalar, **arrays)
+ts = []
+for _ in range(n):
+    t = time.perf_counter_ns()
+    db.query_many(**scalar, **arrays)
+    ts.append(time.perf_counter_ns() - t)
+ts.sort()
+print(json.dumps({"on": on, "off": off, "many": ts[len(ts) // 2] / 1000}))
+"""
+
+
+DATABASE_CHILD = """
+import json, sys
+import modperf
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+try:
+    db = modperf.open(cache=json.loads(sys.argv[1]))
+except TypeError:  # a tree without the persisted cache
+    db = modperf.open()
+before = rss()
+kept, rows, points = [], 0, 0
+for ref in db.catalog.select(physical=True):
+    if modperf.family_of(ref.table) is None:
+        continue
+    try:
+        keyed = db.load(ref)
+    except modperf.ModperfError:
+        continue
+    kept.append(keyed)
+    rows += keyed.rows_stored
+    points += keyed.n_points
+print(json.dumps({"tables": len(kept), "rows": rows, "points": points, "bytes": rss() - before}))
+"""
+
+
+# --- in-process measures ----------------------------------------------------------------------
+
+
+def off_grid(db: modperf.Database, fields: dict[str, Any]) -> dict[str, Any] | None:
+    """The same question moved between measured values of its axes (interpolated)."""
+    grid = db.queries.grid(fields)
+    moved = dict(fields)
+    for a, vals in zip(grid.axes, grid.values):
+        if a in fields and vals.size > 1:
+            i = int(np.searchsorted(vals, fields[a]))
+            j = i + 1 if i + 1 < vals.size else i - 1
+            moved[a] = int((int(vals[i]) + int(vals[j])) // 2)
+    try:
+        return moved if db.answer(moved, quality=False).kind == "interpolated" else None
+    except modperf.ModperfError:
+        return None
+
+
+# --- the table --------------------------------------------------------------------------------
+
+
+def cell(values: list[float], fmt: str = "{:.2f}") -> str:
+    med = statistics.median(values)
+    return f"{fmt.format(med)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="interleaved runs of every process row")
+    parser.add_argument("--single", type=int, default=2000, help="timed repetitions of one warm query")
+    parser.add_argument("--batch-lines", type=int, default=50000)
+    parser.add_argument("--skip-check", action="store_true", help="leave out the whole-corpus check row")
+    parser.add_argument("--skip-database", action="store_true", help="leave out the all-tables database row")
+    parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
+    args = parser.parse_args(argv)
+
+    from modperf.catalog import embedded_systems_dir
+
+    root = str(embedded_systems_dir())
+    db = modperf.open(cache=False)
+    cache_dir = tempfile.mkdtemp(prefix="modperf-bench-cache-")
+
+    # the questions
+    family_rows = []
+    for label, backend, version, tables in FAMILIES:
+        pairs = []
+        for table in tables:
+            ref = db.ref(SYSTEM, backend, version, table)
+            found = question(db, ref)
+            if found is None:
+                raise SystemExit(f"no exact point the tool can be asked about in {ref.label}")
+            pairs.append((ref, found))
+        family_rows.append((label, pairs))
+    heads_tables = set(model_head_axis_tables())
+    every: dict[str, tuple[modperf.TableRef, tuple[dict[str, Any], list[Any]]]] = {}
+    skipped = []
+    for ref in sorted(db.catalog.select(system=SYSTEM, physical=False),
+                      key=lambda r: (r.table, r.backend != "sglang", r.backend, r.version)):
+        if ref.table in heads_tables and ref.table not in every and ref.table not in skipped:
+            found = question(db, ref)
+            if found is None:
+                skipped.append(ref.table)
+            else:
+                every[ref.table] = (ref, found)
+
+    # process rows, interleaved
+    variants: dict[str, list[tuple[float, float]]] = {}
+    trees = [("modperf", SRC)] + ([("before", str(Path(args.before).resolve()))] if args.before else [])
+
+    def add(name: str, result: tuple[float, float]) -> None:
+        variants.setdefault(name, []).append(result)
+
+    # fill the cache once (what an earlier process leaves behind)
+    for _, pairs in family_rows:
+        modperf_cold([f for _, (f, _) in pairs], True, cache_dir)
+    modperf_cold([f for _, (f, _) in every.values()], True, cache_dir)
+    for _ in range(args.runs):
+        for label, pairs in [*family_rows, ("all", list(every.values()))]:
+            queries = [f for _, (f, _) in pairs]
+            add(f"{label}/tool", tool_cold(root, tool_requests([(r, q) for r, (_, q) in pairs])))
+            add(f"{label}/modperf", modperf_cold(queries, True, cache_dir))
+            add(f"{label}/modperf-nocache", modperf_cold(queries, False, cache_dir))
+            if args.before:
+                add(f"{label}/before", modperf_cold(queries, False, cache_dir, trees[1][1]))
+        add("import/floor", spawn([sys.executable, "-c", "import numpy, pyarrow.parquet"])[:2])
+        add("import/tool", spawn([sys.executable, "-c", "import aiconfigurator_core"])[:2])
+        for name, src in trees:
+            add(f"import/{name}", spawn([sys.executable, "-c", "import modperf"], env=env_for(src, cache_dir))[:2])
+
+    rows: list[tuple[str, ...]] = []
+
+    def secs(name: str) -> list[float]:
+        return [s for s, _ in variants[name]]
+
+    def mib(name: str) -> list[float]:
+        return [m for _, m in variants[name]]
+
+    def proc(name: str) -> str:
+        return f"{cell(secs(name))} s, {cell(mib(name), '{:.0f}')} MiB"
+
+    def ratio(a: str, b: str) -> str:
+        return f"{statistics.median(secs(a)) / statistics.median(secs(b)):.2f}"
+
+    for label, _pairs in [*family_rows, ("all", list(every.values()))]:
+        title = (f"cold process, {label} context + generation" if label != "all" else
+                 f"cold process, one query on each of {len(every)} attention tables of {SYSTEM} ({len(every)}/"
+                 f"{len(every)} answered)")
+        rows.append((title, proc(f"{label}/tool"),
+                     f"cache: {proc(label + '/modperf')}; no cache: {proc(label + '/modperf-nocache')}",
+                     proc(f"{label}/before") if args.before else "-",
+                     f"{ratio(label + '/modperf', label + '/tool')} (no cache "
+                     f"{ratio(label + '/modperf-nocache', label + '/tool')})"
+                     + (f"; before {ratio(label + '/before', label + '/tool')}" if args.before else "")))
+    rows.append(("library import (floor: import numpy, pyarrow.parquet " + proc("import/floor") + ")",
+                 proc("import/tool"), proc("import/modperf"), proc("import/before") if args.before else "-",
+                 f"{ratio('import/modperf', 'import/tool')}; vs floor {ratio('import/modperf', 'import/floor')}"
+                 + (f" (before {ratio('import/before', 'import/floor')})" if args.before else "")))
+
+    # warm single queries and query_many: each tree in its own process, the tool in its own
+    here = modperf.open()
+    cases, on_t = [], []
+    for _, pairs in family_rows:
+        for ref, (fields, tool_q) in pairs:
+            cases.append([fields, off_grid(here, fields)])
+            req = tool_requests([(ref, tool_q)])[0]
+            _, _, out = spawn([sys.executable, "-c", TOOL_WARM, str(BENCH), json.dumps({"root": root, **req}),
+                               str(args.single)])
+            on_t.extend(json.loads(out))
+    warm = {}
+    for name, src in trees:
+        _, _, out = spawn([sys.executable, "-c", WARM_CHILD, json.dumps(cases), str(args.single)],
+                          env=env_for(src, cache_dir))
+        warm[name] = json.loads(out)
+
+    def med(xs: list[list[float]], i: int) -> float:
+        return statistics.median(x[i] for x in xs)
+
+    def single(w: dict[str, Any]) -> str:
+        return (f"{med(w['on'], 0):.1f} ({med(w['on'], 1):.1f}) / {med(w['off'], 0):.1f} ({med(w['off'], 1):.1f}) "
+                "us")
+
+    m = warm["modperf"]
+    rows.append((f"warm single query, median (p99): on grid / off grid ({len(cases)} tables)",
+                 f"{med(on_t, 0):.1f} ({med(on_t, 1):.1f}) us on grid", single(m),
+                 single(warm["before"]) if args.before else "-",
+                 f"{med(m['on'], 0) / med(on_t, 0):.2f} on grid"
+                 + (f"; before {med(warm['before']['on'], 0) / med(on_t, 0):.2f}" if args.before else "")))
+    rows.append(("query_many fixed cost per call (one point, warm)", "-", f"{m['many']:.1f} us",
+                 f"{warm['before']['many']:.1f} us" if args.before else "-",
+                 f"{m['many'] / warm['before']['many']:.2f} of before" if args.before else "-"))
+
+    # query --batch lines per second
+    fields = family_rows[0][1][0][1][0]
+    axes = [a for a in ("batch_size", "isl", "step") if a in fields]
+    rng = np.random.default_rng(0)
+    lines = []
+    for k in range(args.batch_lines):
+        _, pairs = family_rows[0]
+        base = dict(pairs[k % 2][1][0])
+        for a in axes:
+            if a in base and a != "step":
+                base[a] = int(base[a] * rng.choice([1, 2, 4]))
+        lines.append(json.dumps(base))
+    batch_file = Path(cache_dir) / "batch.jsonl"
+    batch_file.write_text("\n".join(lines) + "\n")
+    rates: dict[str, list[float]] = {}
+    for _ in range(max(1, args.runs // 2)):
+        for name, src in trees:
+            s, _, out = spawn([sys.executable, "-m", "modperf", "query", "--batch", str(batch_file)],
+                              env=env_for(src, cache_dir), ok=(0, 1))  # 1: some line refused
+            assert len(out.splitlines()) == args.batch_lines
+            rates.setdefault(name, []).append(args.batch_lines / s / 1000)
+    rows.append((f"query --batch, lines per second ({args.batch_lines} lines, whole process)", "no batch mode",
+                 f"{cell(rates['modperf'], '{:.1f}')}k", f"{cell(rates['before'], '{:.1f}')}k" if args.before else "-",
+                 f"{statistics.median(rates['modperf']) / statistics.median(rates['before']):.2f}x before"
+                 if args.before else "-"))
+
+    if not args.skip_check:
+        read = ("import sys, pyarrow.parquet as pq\nfrom modperf.catalog import Catalog\n"
+                "for r in Catalog.scan().files:\n"
+                "    if r.path.suffix == '.parquet':\n"
+                "        names = [f.name for f in pq.read_schema(r.path) if str(f.type) == 'string']\n"
+                "        pq.ParquetFile(r.path, read_dictionary=names).read()\n")
+        checks: dict[str, list[tuple[float, float, str]]] = {}
+        reads = []
+        for _ in range(2):
+            reads.append(spawn([sys.executable, "-c", read]))
+            for name, src in trees:
+                checks.setdefault(name, []).append(spawn([sys.executable, "-m", "modperf", "check", "--json"],
+                                                         env=env_for(src, cache_dir), ok=(0, 1)))
+        r = statistics.median(x[0] for x in reads)
+
+        def chk(name: str) -> str:
+            c = statistics.median(x[0] for x in checks[name])
+            return f"{c:.2f} s, {max(x[1] for x in checks[name]):.0f} MiB ({c / r:.2f}x the read)"
+
+        rows.append((f"whole-corpus check (cheapest read of the same files: {r:.2f} s, "
+                     f"{max(x[1] for x in reads):.0f} MiB)", "-", chk("modperf"),
+                     chk("before") if args.before else "-", "-"))
+
+    if not args.skip_database:
+        def database(src: str, cache: bool) -> str:
+            _, peak, out = spawn([sys.executable, "-c", DATABASE_CHILD, json.dumps(cache)], env=env_for(src, cache_dir))
+            d = json.loads(out)
+            return (f"{d['bytes'] / 2**20:.0f} MiB held for {d['tables']} tables, {d['bytes'] / d['rows']:.1f} B/row "
+                    f"({d['bytes'] / d['points']:.1f} B/point; peak {peak:.0f} MiB)")
+
+        database(SRC, True)  # fills the cache
+        rows.append(("a database holding every table that loads (RSS growth / rows stored)", "-",
+                     f"cache: {database(SRC, True)}; no cache: {database(SRC, False)}",
+                     database(trees[1][1], False) if args.before else "-", "-"))
+
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    header = ("measure", "aiconfigurator-core 0.12.0", "modperf", "modperf before (--before)", "ratio (modperf / tool)")
+    widths = [max(len(r[i]) for r in [*rows, header]) for i in range(len(header))]
+    print(f"runs: {args.runs} interleaved; median (min-max); peak RSS by GNU time; before = {args.before or '-'}; "
+          f"attention tables with no tool op (left out): {', '.join(skipped) or '-'}")
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(v.ljust(w) for v, w in zip(row, widths)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,470 @@
+"""The persisted cache of keyed tables: what loading and keying a table file builds
+(:class:`modperf.buckets.KeyedTable`), stored once in the user's cache folder so that the next
+process answers from it instead of reading, validating and keying the file again.
+
+**Where.** ``$MODPERF_CACHE_DIR``, else ``$XDG_CACHE_HOME/modperf``, else ``~/.cache/modperf``.
+``MODPERF_NO_CACHE=1`` (the CLI's ``--no-cache``) or ``modperf.open(cache=False)`` turn it off.
+
+**One entry, one file** (``<digest>.mpk``): a header (JSON: the entry's identity, the keyed
+table's plain fields, and where each array lies), the arrays (raw bytes, 64-byte aligned), and
+a BLAKE2b digest of everything before it. The file name is a digest of the entry's identity,
+so entries of different model-config sets or modperf versions sit side by side.
+
+**Never stale, never corrupt.** An entry is served only when every part of its identity equals
+the one computed now:
+
+* the source file's absolute path, size and ``mtime_ns``, and a content digest: for parquet,
+  the file's footer (its metadata: the schema, every row group's row count, every column
+  chunk's offsets, sizes and statistics), for anything else the whole file. The footer is
+  enough beside size and mtime: a rewrite that changes any value changes a chunk's
+  statistics, sizes or offsets (which the footer records) or, failing that, the file's mtime;
+  reading the footer costs one small read where hashing the data would cost reading it all;
+* modperf's version and a digest of the source of the keying pipeline (every family
+  declaration, the reader, validation, conventions, keying and the keyed guards);
+* the model configs the load resolves models against (each config file's path, size and
+  mtime): a table's native buckets come from them.
+
+Reading an entry checks its digest over every byte first, so a truncated or altered file is
+rebuilt, never served. Entries are written through :mod:`modperf.atomic` (a temporary file
+beside it, fsync, rename), so a reader sees a whole old entry or a whole new one; two processes
+filling the cache at once each write a complete entry and the last rename wins. A source that
+changes while it is being keyed (its stat differs before and after) is not stored.
+
+**Failures degrade.** A cache folder that cannot be created or written (read-only, full disk)
+or an entry that cannot be read means no cache for that table: the table is loaded from its
+file as without a cache, and :data:`notes` records why (``modperf cache info`` shows it).
+Nothing here raises past :func:`load_keyed` except the loader's own errors.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import atomic
+from ._meta import __version__
+from .buckets import Agreement, BucketColumns, KeyedTable
+from .jsonio import dumps
+
+if TYPE_CHECKING:
+    from .catalog import TableRef
+    from .models import ModelRegistry
+
+CACHE_DIR_ENV = "MODPERF_CACHE_DIR"
+NO_CACHE_ENV = "MODPERF_NO_CACHE"
+#: The format of an entry; bumped when the layout changes (part of every entry's identity).
+FORMAT = 1
+MAGIC = b"MODPERF-KEYED\x00\x00\x01"
+SUFFIX = ".mpk"
+_DIGEST = 32
+_ALIGN = 64
+_LEN = struct.Struct("<Q")
+
+#: Why the cache was not used, most recent last (a short list: one line per distinct reason).
+notes: list[str] = []
+_notes_lock = threading.Lock()
+
+
+def _note(message: str) -> None:
+    with _notes_lock:
+        if message not in notes:
+            notes.append(message)
+            del notes[:-20]
+
+
+def cache_dir() -> Path:
+    """The cache folder (it may not exist yet)."""
+    explicit = os.environ.get(CACHE_DIR_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg and os.path.isabs(os.path.expanduser(xdg)) else Path.home() / ".cache"
+    return base / "modperf"
+
+
+def enabled(requested: bool | None = None) -> bool:
+    """Whether to use the cache: ``requested`` when given, else on unless ``MODPERF_NO_CACHE``
+    is set to something other than ``0`` or empty."""
+    if requested is not None:
+        return requested
+    return os.environ.get(NO_CACHE_ENV, "").strip() in ("", "0")
+
+
+# --- identity ---------------------------------------------------------------------------------
+
+#: Modules whose code decides what a keyed table holds (besides every family declaration).
+_PIPELINE = ("reader.py", "validate.py", "conventions.py", "buckets.py", "keyed_guards.py", "codes.py",
+             "models.py", "limits.py", "cache.py", "_meta.py")
+
+
+@functools.cache
+def pipeline_fingerprint() -> str:
+    """A digest of modperf's version and the source of the keying pipeline and of every family
+    declaration: a change to any of them (an edited declaration, another release) makes every
+    entry a miss."""
+    here = Path(__file__).resolve().parent
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{__version__}\0{FORMAT}\0".encode())
+    files = [here / n for n in _PIPELINE] + sorted((here / "families").glob("*.py"))
+    for path in files:
+        h.update(path.name.encode() + b"\0")
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            h.update(b"?")
+    return h.hexdigest()
+
+
+def registry_fingerprint(models: ModelRegistry) -> str:
+    """A digest of the model configs a registry resolves (id, file, size, mtime)."""
+    h = hashlib.blake2b(digest_size=16)
+    for model_id, path in sorted(models._paths.items()):
+        try:
+            st = path.stat()
+            h.update(f"{model_id}\0{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        except OSError:
+            h.update(f"{model_id}\0{path}\0?\n".encode())
+    return h.hexdigest()
+
+
+def source_identity(path: Path) -> dict[str, Any] | None:
+    """(absolute path, size, mtime_ns, content digest) of a table file; None when it cannot be
+    read (the loader then reports it)."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            size = st.st_size
+            h = hashlib.blake2b(digest_size=16)
+            if path.suffix == ".parquet" and size >= 12:
+                f.seek(size - 8)
+                tail = f.read(8)
+                footer_len = int.from_bytes(tail[:4], "little")
+                if tail[4:] == b"PAR1" and 0 < footer_len <= size - 12:
+                    f.seek(size - 8 - footer_len)
+                    h.update(f.read(footer_len))
+                else:  # not a parquet footer: the whole file
+                    f.seek(0)
+                    h.update(f.read())
+            else:
+                h.update(f.read())
+    except OSError:
+        return None
+    return {"path": str(path.resolve()), "size": size, "mtime_ns": st.st_mtime_ns, "content": h.hexdigest()}
+
+
+def _entry_name(source: dict[str, Any], registry_fp: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{source['path']}\0{pipeline_fingerprint()}\0{registry_fp}".encode())
+    return h.hexdigest() + SUFFIX
+
+
+# --- encoding ---------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """Strict-JSON-ready (modperf.jsonio), losslessly: tuples, dicts with any keys and
+    non-finite floats are tagged so that they come back as they were."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"f": repr(value)}
+    if isinstance(value, tuple):
+        return {"t": [_plain(v) for v in value]}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {"d": [[_plain(k), _plain(v)] for k, v in value.items()]}
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "t" in value:
+            return tuple(_unplain(v) for v in value["t"])
+        if "f" in value:
+            return float(value["f"])
+        return {_unplain(k): _unplain(v) for k, v in value["d"]}
+    if isinstance(value, list):
+        return [_unplain(v) for v in value]
+    return value
+
+
+def _arrays(keyed: KeyedTable) -> dict[str, np.ndarray]:
+    out = {"offsets": keyed.offsets, "latency": keyed.latency, "sources": keyed.sources,
+           "bucket_native": keyed.bucket_native, "bucket_local": keyed.bucket_local}
+    for name, values in keyed.axes.items():
+        out[f"axis:{name}"] = values
+    if keyed.duplicate_spread is not None:
+        out["duplicate_spread"] = keyed.duplicate_spread
+    if keyed.bucket_columns is not None:
+        for name, codes in keyed.bucket_columns.codes.items():
+            out[f"codes:{name}"] = codes
+    return out
+
+
+def _meta(keyed: KeyedTable) -> dict[str, Any]:
+    agreement = keyed.agreement
+    return _plain({
+        "table": keyed.ref.table, "key_names": keyed.key_names, "axes": tuple(keyed.axes),
+        "bucket_models": keyed.bucket_models, "model_native": keyed.model_native,
+        "model_geometry": keyed.model_geometry, "rows_read": keyed.rows_read,
+        "duplicates_merged": keyed.duplicates_merged, "alias_duplicate_points": keyed.alias_duplicate_points,
+        "agreement": None if agreement is None else (agreement.natives, agreement.shared_keys, agreement.median,
+                                                      agreement.p95, agreement.max),
+        "missing_optional": keyed.missing_optional, "natives_seen": keyed.natives_seen,
+        "recorded_versions": keyed.recorded_versions, "rows_stored": keyed.rows_stored,
+        "bucket_values": None if keyed.bucket_columns is None else keyed.bucket_columns.values,
+        "bucket_keys_plain": keyed.bucket_columns is None,
+        "bucket_keys": keyed.bucket_keys if keyed.bucket_columns is None else None,
+        "n_buckets": keyed.n_buckets,
+    })
+
+
+def encode(keyed: KeyedTable, identity: dict[str, Any]) -> list[bytes | memoryview]:
+    """An entry's bytes, in pieces (header, arrays, digest)."""
+    arrays = _arrays(keyed)
+    layout = []
+    offset = 0
+    for name, arr in arrays.items():
+        arr = np.ascontiguousarray(arr)
+        arrays[name] = arr
+        layout.append([name, arr.dtype.str, list(arr.shape), offset, arr.nbytes])
+        offset += -(-arr.nbytes // _ALIGN) * _ALIGN
+    header = dumps({"identity": identity, "meta": _meta(keyed), "arrays": layout}, separators=(",", ":")).encode()
+    head = MAGIC + _LEN.pack(len(header)) + header
+    head += b"\0" * (-len(head) % _ALIGN)
+    pieces: list[bytes | memoryview] = [head]
+    for arr in arrays.values():
+        nbytes = int(arr.nbytes)
+        pieces.append(arr.view(np.uint8).reshape(-1).data if nbytes else b"")
+        pieces.append(b"\0" * (-nbytes % _ALIGN))
+    h = hashlib.blake2b(digest_size=_DIGEST)
+    for p in pieces:
+        h.update(p)
+    pieces.append(h.digest())
+    return pieces
+
+
+def read_header(path: Path) -> dict[str, Any] | None:
+    """An entry's header (its identity and layout) without reading its arrays; None when the
+    file is not an entry."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(len(MAGIC) + _LEN.size)
+            if len(start) < len(MAGIC) + _LEN.size or start[:len(MAGIC)] != MAGIC:
+                return None
+            (n,) = _LEN.unpack(start[len(MAGIC):])
+            if n > 1 << 30:
+                return None
+            header: dict[str, Any] = json.loads(f.read(n))
+            return header
+    except (OSError, ValueError):
+        return None
+
+
+def decode(buf: bytearray, ref: TableRef) -> tuple[dict[str, Any], KeyedTable] | None:
+    """(identity, keyed table) from an entry's bytes, or None when the bytes are not a whole,
+    unaltered entry. The arrays are views into ``buf`` (no copy)."""
+    from .families import family_of
+
+    if len(buf) < len(MAGIC) + _LEN.size + _DIGEST or bytes(buf[:len(MAGIC)]) != MAGIC:
+        return None
+    view = memoryview(buf)
+    if hashlib.blake2b(view[:-_DIGEST], digest_size=_DIGEST).digest() != bytes(view[-_DIGEST:]):
+        return None
+    (n,) = _LEN.unpack_from(buf, len(MAGIC))
+    start = len(MAGIC) + _LEN.size
+    header = json.loads(bytes(view[start:start + n]))
+    data = start + n + (-(start + n) % _ALIGN)
+    arrays: dict[str, np.ndarray] = {}
+    for name, dtype, shape, offset, nbytes in header["arrays"]:
+        dt = np.dtype(dtype)
+        count = nbytes // dt.itemsize if dt.itemsize else 0
+        arrays[name] = np.frombuffer(buf, dtype=dt, count=count, offset=data + offset).reshape(shape)
+    meta = _unplain(header["meta"])
+    family = family_of(ref.table)
+    if family is None or meta["table"] != ref.table:
+        return None
+    key_names = tuple(meta["key_names"])
+    values = meta["bucket_values"]
+    columns = None
+    if values is not None:
+        codes = {name: arrays[f"codes:{name}"] for name in key_names}
+        columns = BucketColumns(codes, values)
+        decoded = [np.asarray(values[name], dtype=object)[codes[name]].tolist() if len(values[name]) else []
+                   for name in key_names]
+        bucket_keys = list(zip(*decoded)) if decoded else [()] * meta["n_buckets"]
+    else:
+        bucket_keys = [tuple(k) for k in meta["bucket_keys"]]
+    agreement = None
+    if meta["agreement"] is not None:
+        natives, shared, median, p95, top = meta["agreement"]
+        agreement = Agreement(tuple(natives), shared, median, p95, top)
+    keyed = KeyedTable(
+        ref=ref, family=family, spec=family.spec(ref.table), key_names=key_names, bucket_keys=bucket_keys,
+        offsets=arrays["offsets"], axes={a: arrays[f"axis:{a}"] for a in meta["axes"]},
+        latency=arrays["latency"], sources=arrays["sources"], bucket_models=[tuple(m) for m in meta["bucket_models"]],
+        bucket_native=arrays["bucket_native"], bucket_local=arrays["bucket_local"],
+        model_native=meta["model_native"], model_geometry=meta["model_geometry"], rows_read=meta["rows_read"],
+        duplicates_merged=meta["duplicates_merged"], alias_duplicate_points=meta["alias_duplicate_points"],
+        agreement=agreement, missing_optional=tuple(meta["missing_optional"]),
+        natives_seen=tuple(meta["natives_seen"]), duplicate_spread=arrays.get("duplicate_spread"),
+        recorded_versions=tuple(meta["recorded_versions"]), rows_stored=meta["rows_stored"],
+        bucket_columns=columns)
+    return header["identity"], keyed
+
+
+# --- the cache --------------------------------------------------------------------------------
+
+
+def _read_entry(path: Path) -> bytearray | None:
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            buf = bytearray(size)
+            got = f.readinto(buf)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _note(f"cannot read cache entry {path}: {exc.strerror or exc}")
+        return None
+    return buf if got == size else None
+
+
+def load_keyed(ref: TableRef, models: ModelRegistry, build: Callable[[TableRef, ModelRegistry], KeyedTable],
+               *, registry_fp: str | None = None, folder: Path | None = None) -> KeyedTable:
+    """The keyed table of ``ref``: from its cache entry when that entry is whole and its
+    identity is today's, else ``build(ref, models)`` (stored for next time when it can be)."""
+    source = source_identity(ref.path)
+    if source is None:
+        return build(ref, models)
+    registry_fp = registry_fp or registry_fingerprint(models)
+    identity = {"format": FORMAT, "pipeline": pipeline_fingerprint(), "models": registry_fp, "source": source}
+    folder = folder or cache_dir()
+    entry = folder / _entry_name(source, registry_fp)
+    buf = _read_entry(entry)
+    if buf is not None:
+        try:
+            found = decode(buf, ref)
+        except (ValueError, KeyError, TypeError, IndexError):
+            found = None
+        if found is not None and found[0] == identity:
+            return found[1]
+    keyed = build(ref, models)
+    if source_identity(ref.path) == source:  # the file did not change while it was keyed
+        store(entry, keyed, identity)
+    return keyed
+
+
+def store(entry: Path, keyed: KeyedTable, identity: dict[str, Any]) -> bool:
+    """Write one entry atomically; False (with a note) when it cannot be written."""
+    try:
+        pieces = encode(keyed, identity)
+
+        def write(handle: Any) -> None:
+            for p in pieces:
+                handle.write(p)
+
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_atomically(entry, write, overwrite=True)
+        return True
+    except Exception as exc:  # a cache that cannot be written is no cache, never an error
+        _note(f"cache not written ({entry.parent}): {getattr(exc, 'detail', None) or exc}")
+        return False
+
+
+# --- info and clear ---------------------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    file: Path
+    bytes: int
+    source: str | None
+    rows: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": str(self.file), "bytes": self.bytes, "source": self.source, "rows": self.rows}
+
+
+@dataclass
+class CacheInfo:
+    location: Path
+    exists: bool
+    enabled: bool
+    entries: list[Entry]
+    notes: list[str]
+
+    @property
+    def bytes(self) -> int:
+        return sum(e.bytes for e in self.entries)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"location": str(self.location), "exists": self.exists, "enabled": self.enabled,
+                "entries": [e.to_dict() for e in self.entries], "count": len(self.entries), "bytes": self.bytes,
+                "notes": list(self.notes)}
+
+
+def _entry_files(folder: Path) -> Iterator[Path]:
+    try:
+        yield from sorted(p for p in folder.iterdir() if p.name.endswith(SUFFIX) and p.is_file())
+    except OSError:
+        return
+
+
+def info(folder: Path | None = None) -> CacheInfo:
+    """What the cache holds: every entry with its size and the table file it keys."""
+    folder = folder or cache_dir()
+    entries = []
+    for path in _entry_files(folder):
+        header = read_header(path)
+        source = header["identity"]["source"]["path"] if header else None
+        rows = None
+        if header:
+            rows = _unplain(header["meta"]).get("rows_stored")
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue
+        entries.append(Entry(path, size, source, rows))
+    return CacheInfo(folder, folder.is_dir(), enabled(), entries, list(notes))
+
+
+def clear(folder: Path | None = None) -> CacheInfo:
+    """Remove every entry (and leftover temporary files of entries); returns what was removed."""
+    from .errors import WriteFailedError
+
+    folder = folder or cache_dir()
+    removed = info(folder)
+    for e in removed.entries:
+        try:
+            e.file.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise WriteFailedError(f"cannot remove a cache entry: {exc.strerror or exc}", file=e.file,
+                                   fix="check the cache folder's permissions") from None
+    try:
+        for temp in atomic.temp_files(folder):
+            if temp.name.startswith(".") and SUFFIX in temp.name and atomic.is_stale_temp(temp):
+                temp.unlink()
+    except OSError:
+        pass
+    return removed
+
+
+__all__ = ["CACHE_DIR_ENV", "NO_CACHE_ENV", "CacheInfo", "cache_dir", "clear", "enabled", "info", "load_keyed",
+           "notes", "pipeline_fingerprint", "registry_fingerprint", "source_identity"]

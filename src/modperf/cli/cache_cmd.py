@@ -1,0 +1,56 @@
+"""``modperf cache info|clear``: the persisted cache of keyed tables (modperf.cache)."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .. import cache
+from ._app import app
+from ._common import JsonOpt, console, emit_json, handles_errors
+
+cache_app = typer.Typer(help="The persisted cache of keyed tables: list or clear it.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+@cache_app.command("info")
+@handles_errors
+def info_command(json_out: JsonOpt = False) -> None:
+    """Where the cache is, its entries (the table file each keys) and their bytes."""
+    found = cache.info()
+    if json_out:
+        emit_json(found.to_dict())
+        return
+    state = "on" if found.enabled else f"off ({cache.NO_CACHE_ENV} / --no-cache)"
+    console.print(f"cache: {escape(str(found.location))} ({state}; set {cache.CACHE_DIR_ENV} to move it)",
+                  soft_wrap=True)
+    grid = Table(title=f"{len(found.entries)} entries, {_size(found.bytes)}")
+    for col in ("bytes", "rows", "table file", "entry"):
+        grid.add_column(col, overflow="fold")
+    for e in found.entries:
+        grid.add_row(_size(e.bytes), "-" if e.rows is None else str(e.rows), escape(e.source or "(not an entry)"),
+                     escape(e.file.name))
+    console.print(grid)
+    for note in found.notes:
+        console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
+
+
+@cache_app.command("clear")
+@handles_errors
+def clear_command(json_out: JsonOpt = False) -> None:
+    """Remove every entry (they are rebuilt on the next query that needs them)."""
+    removed = cache.clear()
+    if json_out:
+        emit_json({"location": str(removed.location), "removed": len(removed.entries), "bytes": removed.bytes})
+        return
+    console.print(f"removed {len(removed.entries)} entries ({_size(removed.bytes)}) from "
+                  f"{escape(str(removed.location))}", soft_wrap=True)

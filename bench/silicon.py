@@ -17,6 +17,7 @@ served). modperf itself never guesses one id for another.
     python bench/silicon.py --physics-only        # the op tables' step times as they are
     python bench/silicon.py --plot out/           # also predicted-vs-measured PNGs (log-log)
     python bench/silicon.py --limit 300           # a quick look (every n-th row)
+    python bench/silicon.py --cv                  # the form choices: grouped CV on calibration rows
 
 Prints tables; asserts nothing.
 """
@@ -158,7 +159,7 @@ def fit(rows, priced) -> tuple[dict[str, Constants], DisaggConstants, dict[str, 
     for backend in sorted({r["backend"] for r in calib if r["mode"] == "agg"}):
         group = [r for r in calib if r["mode"] == "agg" and r["backend"] == backend]
         counts[f"agg {backend}"] = len(group)
-        res = minimize(lambda x: _loss(group, priced, Constants(*bounded(x))), x0=[1.0, 1.0, 100.0, 0.3, 0.5],
+        res = minimize(lambda x: _loss(group, priced, Constants(*bounded(x))), x0=[1.0, 1.0, 100.0, 0.3],
                        method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-5})
         agg[backend] = Constants(*(round(float(v), 4) for v in bounded(res.x)))
     group = [r for r in calib if r["mode"] == "disagg"]
@@ -186,7 +187,7 @@ def write_constants(agg: dict[str, Constants], disagg: DisaggConstants, counts: 
     ]
     for backend, c in agg.items():
         lines.append(f'    "{backend}": Constants(s_pre={c.s_pre}, s_dec={c.s_dec}, tau0_ms={c.tau0_ms}, '
-                     f"kappa={c.kappa}, steps_waited={c.steps_waited}),")
+                     f"kappa={c.kappa}),")
     lines.append("}")
     lines.append(f"DISAGG: DisaggConstants | None = DisaggConstants(s_pre={disagg.s_pre}, s_dec={disagg.s_dec}, "
                  f"tau0_ms={disagg.tau0_ms}, kappa={disagg.kappa})")
@@ -198,6 +199,60 @@ def write_constants(agg: dict[str, Constants], disagg: DisaggConstants, counts: 
                  '(re-exports once)",')
     lines.append("}")
     CONSTANTS_FILE.write_text("\n".join(lines) + "\n")
+
+
+def cross_validate(rows, priced, db, folds: int = 4) -> None:
+    """Grouped k-fold cross-validation on calibration rows only (aggregated; folds by model x
+    system x backend): the evidence for the serving model's form choices (docs/serving.md)."""
+    import random
+
+    from scipy.optimize import minimize
+
+    from modperf.predict import ffn_has_moe
+
+    calib, seen = [], set()
+    for r in rows:
+        pair = (r["silicon_ttft_ms"], r["silicon_tpot_ms"])
+        if r["split"] != "calib" or r["mode"] != "agg" or pair in seen or not isinstance(priced[r["id"]], Priced):
+            continue
+        seen.add(pair)
+        calib.append(r)
+    moe = {m: ffn_has_moe(db.models.get(m)) for m in {r["model_path"] for r in calib}}
+    groups = sorted({(r["model_path"], r["system"], r["backend"]) for r in calib})
+    random.Random(0).shuffle(groups)
+
+    def constants(x, free_steps: bool) -> Constants:
+        s_pre, s_dec, tau0, kappa = (float(v) for v in x[:4])
+        steps = min(max(float(x[4]), 0.5), 10.0) if free_steps else 0.5
+        return Constants(min(max(s_pre, 0.3), 3.0), min(max(s_dec, 0.3), 3.0), min(max(tau0, 0.0), 1000.0),
+                         min(max(kappa, 0.0), 1.0), steps)
+
+    forms = {"per backend (kept)": (lambda r: r["backend"], False),
+             "per backend x {dense, MoE}": (lambda r: (r["backend"], moe[r["model_path"]]), False),
+             "per backend, steps_waited fitted": (lambda r: r["backend"], True)}
+    print(f"\ngrouped {folds}-fold cross-validation on {len(calib)} calibration rows (aggregated)")
+    for name, (key, free_steps) in forms.items():
+        errs: list[tuple[float, float]] = []
+        for k in range(folds):
+            held = {g for i, g in enumerate(groups) if i % folds == k}
+            train = [r for r in calib if (r["model_path"], r["system"], r["backend"]) not in held]
+            fitted = {}
+            for kk in {key(r) for r in train}:
+                part = [r for r in train if key(r) == kk]
+                x0 = [1.0, 1.0, 100.0, 0.3] + ([0.5] if free_steps else [])
+                res = minimize(lambda x, part=part: _loss(part, priced, constants(x, free_steps)), x0=x0,
+                               method="Nelder-Mead", options={"maxiter": 300, "xatol": 1e-3, "fatol": 1e-5})
+                fitted[kk] = constants(res.x, free_steps)
+            for r in calib:
+                if (r["model_path"], r["system"], r["backend"]) in held:
+                    c = fitted.get(key(r)) or next((v for kk, v in fitted.items() if r["backend"] in str(kk)),
+                                                   Constants())
+                    pred = solve(priced[r["id"]], c, "")
+                    errs.append((pred.ttft_ms / r["silicon_ttft_ms"] - 1, pred.tpot_ms / r["silicon_tpot_ms"] - 1))
+        t = np.abs([e[0] for e in errs])
+        p = np.abs([e[1] for e in errs])
+        print(f"  {name:<36} TTFT {np.median(t):.2f} / {np.percentile(t, 90):.2f}   "
+              f"TPOT {np.median(p):.2f} / {np.percentile(p, 90):.2f}")
 
 
 # --- scoring ------------------------------------------------------------------------------------
@@ -271,6 +326,8 @@ def main() -> int:
     parser.add_argument("--physics-only", action="store_true", help="score without fitted constants")
     parser.add_argument("--plot", type=Path, help="write predicted-vs-measured PNGs to this folder")
     parser.add_argument("--limit", type=int, help="every n-th row, about this many (a quick look)")
+    parser.add_argument("--cv", action="store_true", help="cross-validate the serving model's forms on calibration "
+                        "rows (grouped folds) and stop")
     args = parser.parse_args()
 
     rows = silicon_rows()
@@ -284,6 +341,9 @@ def main() -> int:
         priced = price_all(db, rows)
         seconds = time.perf_counter() - start
     print(f"priced {len(rows)} rows in {seconds:.1f} s ({seconds / len(rows) * 1000:.1f} ms per row)")
+    if args.cv:
+        cross_validate(rows, priced, db)
+        return 0
     if args.fit:
         agg, disagg, counts = fit(rows, priced)
         write_constants(agg, disagg, counts)

@@ -106,8 +106,8 @@ class Constants:
     tau0_ms: float = 0.0
     kappa: float = 0.0
     #: Engine steps a new request waits through besides its prefill: half a running step on
-    #: average (0.5, the physics) plus the iterations the backend takes to schedule it and to
-    #: stream its first token.
+    #: average. Not fitted: letting it float per backend did not improve the calibration
+    #: rows' cross-validation (docs/serving.md, "Form choices").
     steps_waited: float = 0.5
 
 

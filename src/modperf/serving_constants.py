@@ -9,9 +9,9 @@ from __future__ import annotations
 from .serving import Constants, DisaggConstants
 
 AGG: dict[str, Constants] = {
-    "sglang": Constants(s_pre=0.8941, s_dec=1.1255, tau0_ms=155.5806, kappa=1.0, steps_waited=0.5),
-    "trtllm": Constants(s_pre=1.112, s_dec=0.9249, tau0_ms=107.8664, kappa=0.1145, steps_waited=2.8144),
-    "vllm": Constants(s_pre=1.0586, s_dec=1.0024, tau0_ms=33.099, kappa=0.1543, steps_waited=0.5),
+    "sglang": Constants(s_pre=0.8951, s_dec=1.1255, tau0_ms=155.3887, kappa=1.0),
+    "trtllm": Constants(s_pre=1.1089, s_dec=0.9286, tau0_ms=134.8505, kappa=0.1405),
+    "vllm": Constants(s_pre=1.0586, s_dec=1.0024, tau0_ms=33.0999, kappa=0.1543),
 }
 DISAGG: DisaggConstants | None = DisaggConstants(s_pre=0.7398, s_dec=0.8419, tau0_ms=258.9075, kappa=0.2203)
 PROVENANCE: dict[str, str] = {

@@ -18,6 +18,21 @@ served). modperf itself never guesses one id for another.
     python bench/silicon.py --plot out/           # also predicted-vs-measured PNGs (log-log)
     python bench/silicon.py --limit 300           # a quick look (every n-th row)
     python bench/silicon.py --cv                  # the form choices: grouped CV on calibration rows
+    python bench/silicon.py --tool                # also the best tool on the same rows (minutes)
+
+``--tool`` puts aiconfigurator's own serving estimate beside modperf's on one fixed sample: the
+evaluation rows of an 800-row stratified sample of the whole file (by system x backend x mode,
+proportional, at least min(stratum size, 10) rows per stratum, numpy seed 0: 458 rows; the rule
+in full is in bench/silicon_tool.py and docs/serving.md). The tool runs in ``--jobs`` child
+processes (bench/aiconfigurator_serving.py) of an interpreter that has it installed
+(``--tool-python``; by default the first of this one, /work/main/.venv/bin/python and
+/work/scratch/aic-venv/bin/python on which ``import aiconfigurator.cli.api`` works); modperf
+never imports it. Its answers are cached in ``--tool-cache`` (keyed by row id, tool version and
+the bench's mapping revision), so a re-run asks only rows it has not answered. modperf's side
+uses the fitted constants of src/modperf/serving_constants.py (never refitted here, whatever
+``--fit`` wrote). Printed: each side's coverage, and on the rows both answered the median / p90
+|relative error| and median signed error of TTFT and TPOT, overall and by mode, backend and
+backend x mode; then the rows only one side answers, with the other's reason.
 
 Prints tables; asserts nothing.
 """
@@ -56,7 +71,8 @@ USER_CONFIGS = {
     "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
 }
 
-#: The best tool's figures on 800 stratified rows, as issue 14 states them (aiconfigurator 0.12.0).
+#: The best tool's figures on 800 stratified rows, as issue 14 states them (aiconfigurator 0.12.0);
+#: ``--tool`` measures it on the same rows instead.
 TOOL = {"answered": 0.60, "ttft": (0.51, 0.93, -0.41), "tpot": (0.22, 0.74, None)}
 
 
@@ -328,21 +344,38 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="every n-th row, about this many (a quick look)")
     parser.add_argument("--cv", action="store_true", help="cross-validate the serving model's forms on calibration "
                         "rows (grouped folds) and stop")
+    parser.add_argument("--tool", action="store_true", help="also aiconfigurator on the stratified sample's rows")
+    parser.add_argument("--tool-sample", type=int, default=800, help="rows of the whole file sampled (default 800)")
+    parser.add_argument("--tool-python", help="interpreter with aiconfigurator installed (default: the first found)")
+    parser.add_argument("--tool-cache", type=Path, default=None, help="JSON-lines cache of the tool's answers "
+                        "(default /tmp/modperf_tool_answers.jsonl)")
+    parser.add_argument("--tool-timeout", type=int, default=120, help="seconds the tool may take on one row")
+    parser.add_argument("--jobs", type=int, default=2, help="tool child processes (default 2)")
     args = parser.parse_args()
 
-    rows = silicon_rows()
+    every = silicon_rows()
+    rows = every
     if args.limit:
         rows = rows[:: max(1, len(rows) // args.limit)]
+    sample = []
+    if args.tool:
+        from silicon_tool import evaluation_sample
+
+        sample = evaluation_sample(every, args.tool_sample)
+        listed = {r["id"] for r in rows}
+        rows_priced = rows + [r for r in sample if r["id"] not in listed]
+    else:
+        rows_priced = rows
     with tempfile.TemporaryDirectory() as tmp:
         db = modperf.open()
         user_configs(Path(tmp), db)
         db = modperf.open(model_configs=[tmp])
         start = time.perf_counter()
-        priced = price_all(db, rows)
+        priced = price_all(db, rows_priced)
         seconds = time.perf_counter() - start
-    print(f"priced {len(rows)} rows in {seconds:.1f} s ({seconds / len(rows) * 1000:.1f} ms per row)")
+    print(f"priced {len(rows_priced)} rows in {seconds:.1f} s ({seconds / len(rows_priced) * 1000:.1f} ms per row)")
     if args.cv:
-        cross_validate(rows, priced, db)
+        cross_validate(rows_priced, priced, db)
         return 0
     if args.fit:
         agg, disagg, counts = fit(rows, priced)
@@ -376,6 +409,44 @@ def main() -> int:
     refusals(evaluation, priced)
     if args.plot:
         plot(args.plot, evaluation, preds)
+    if args.tool:
+        from modperf import serving_constants as sc
+
+        fitted = {"agg": sc.AGG, "disagg": sc.DISAGG or DisaggConstants()}
+        return versus_tool(args, sample, priced, predictions(sample, priced, fitted))
+    return 0
+
+
+def versus_tool(args: argparse.Namespace, sample: list[dict[str, Any]], priced: dict[str, Priced | E.ModperfError],
+                ours: dict[str, tuple[float, float]]) -> int:
+    """``--tool``: the best tool and modperf (fitted constants) on the same rows."""
+    from silicon_tool import DEFAULT_CACHE, find_tool_python, one_side_only, own_rows, side_by_side, tool_answers
+
+    print(f"\nTHE BEST TOOL ON THE SAME ROWS: the {len(sample)} evaluation rows of the {args.tool_sample}-row "
+          "stratified sample (system x backend x mode, seed 0); modperf with its fitted constants")
+    python, version, tried = find_tool_python(args.tool_python)
+    if python is None:
+        print("aiconfigurator is not importable by any interpreter tried; the tool part is skipped "
+              "(install aiconfigurator in one and pass --tool-python):")
+        for line in tried:
+            print(f"  {line}")
+        return 0
+    cache = args.tool_cache or DEFAULT_CACHE
+    answers, asked, seconds = tool_answers(sample, python, str(version), USER_CONFIGS, args.jobs, cache,
+                                           args.tool_timeout)
+    name = f"aiconfigurator {version}"
+    print(f"{name} ({python}): {asked} rows asked in {seconds:.0f} s on {args.jobs} processes"
+          + (f" ({seconds / asked:.2f} s per row, wall)" if asked else "")
+          + f"; {len(sample) - asked} from the cache {cache}")
+    tool = {i: (a["ttft_ms"], a["tpot_ms"]) for i, a in answers.items() if "ttft_ms" in a}
+    tool_reason = {i: a["error"] for i, a in answers.items() if "error" in a}
+    ours_reason = {r["id"]: f"{type(p).__name__}: {p.detail}" for r in sample
+                   if not isinstance(p := priced[r["id"]], Priced)}
+    side_by_side(sample, ours, tool, name)
+    print()
+    own_rows(sample, ours, "modperf")
+    own_rows(sample, tool, name)
+    one_side_only(sample, ours_reason, tool_reason, ours, tool)
     return 0
 
 

@@ -338,8 +338,24 @@ def cases(p: dict[str, Path]) -> list[Case]:
     both("query batch stdin hang line", ["query", "--batch", "-"], (1,),
          stdin=json.dumps({**LINE, "model": None, "native_heads": 10**12, "tp_size": 7}).encode() + b"\n"
          + json.dumps(LINE).encode() + b"\n")
+    # predict
+    pred = ["predict", "--model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--backend", "vllm", "--isl", "1024",
+            "--osl", "128"]
+    row = {"id": "r", "model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "vllm", "mode": "agg",
+           "isl": 1024, "osl": 128, "batch_size": 8, "tp_size": 2}
+    both("predict ok", [*pred, "--batch", "8", "--tp", "2"], (0,))
+    both("predict tp huge", [*pred, "--batch", "8", "--tp", "1000000000000"], (2,))
+    both("predict batch 0", [*pred, "--batch", "0", "--tp", "2"], (2,))
+    both("predict unknown system", [*pred[:4], "h200", *pred[5:], "--batch", "8", "--tp", "2"], (2,))
+    both("predict batch folder", ["predict", "--batch", str(p["good"])], (2,))
+    both("predict batch stdin hostile lines", ["predict", "--batch", "-"], (1,),
+         stdin=b"\n".join([json.dumps(row).encode(), b"\xff\xfe", b"[" * 100000, json.dumps({**row, "tp_size": 10**30}).encode(),
+                           json.dumps({**row, "isl": 2**40}).encode(), json.dumps({**row, "mode": "disagg"}).encode(),
+                           json.dumps({**row, "self": 1}).encode(), json.dumps(row).encode()]) + b"\n")
     # estimate
-    both("estimate ok", [*KIMI, "--tp", "1,2"], (0,))
+    both("estimate ok", [*KIMI, "--scope", "attention", "--tp", "1,2"], (0,))
+    both("estimate model ok", ["estimate", "--model", "deepseek-ai/DeepSeek-V3", "--system", "h200_sxm", "--backend",
+                               "vllm", "--isl", "1024", "--osl", "128", "--batch", "4", "--tp", "8"], (0,))
     for name, extra in (("tp 1,,2", ["--tp", "1,,2"]), ("tp 0", ["--tp", "0"]), ("tp empty", ["--tp", ""]),
                         ("tp trailing comma", ["--tp", "1,2,"]), ("tp huge", ["--tp", "1000000000000"]),
                         ("tp superscript", ["--tp", "\u00b2"]), ("isl huge", ["--isl", str(2**40)]),

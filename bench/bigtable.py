@@ -3,14 +3,16 @@ table, against the cheapest read of the same file and its decoded Arrow size.
 
 The table is a real corpus table tiled: tile ``k`` is every row of the source with
 ``batch_size`` shifted by ``k`` times the source's largest batch (so that no two rows share a
-key), written under a temporary data root in the standard layout
+key) and ``latency`` raised by ``k`` times its largest (so that latency still grows with batch
+across tiles: the quality notes a query lists find in the big table what they find in the
+source, not one step per tile boundary), written under a temporary data root in the standard layout
 (``{system}/{family}/{backend}/{version}/{table}_perf.parquet``, zstd like the corpus). Every
 measurement is a fresh child process under GNU time (peak RSS); the query is asked without
 the cache (keyed from the file, what the first query of a new table costs), then twice with
 it (the first fills it, the second answers from it).
 
     python bench/bigtable.py                      # 20M rows of h200_sxm dsa_context_module
-    python bench/bigtable.py --rows 5000000 --runs 3
+    python bench/bigtable.py --rows 5000000 --runs 3 --before /work/main/src
 
 Prints one table; asserts nothing.
 """
@@ -62,6 +64,8 @@ def tile(source: Path, rows: int, out: Path) -> int:
     table = pq.read_table(source)
     step = int(pc.max(table["batch_size"]).as_py())
     at = table.schema.get_field_index("batch_size")
+    lat_at = table.schema.get_field_index("latency")
+    rise = float(pc.max(table["latency"]).as_py())
     tiles = -(-rows // table.num_rows)
     meta = pq.ParquetFile(source).metadata
     compression = meta.row_group(0).column(0).compression.lower()
@@ -70,6 +74,9 @@ def tile(source: Path, rows: int, out: Path) -> int:
         left = rows
         for k in range(tiles):
             part = table.set_column(at, "batch_size", pc.add(table["batch_size"], pa.scalar(k * step, pa.int64())))
+            # latency rises by the table's largest per tile: every series stays as monotone as
+            # the source's (the quality checks find what they find in the source, per tile)
+            part = part.set_column(lat_at, "latency", pc.add(table["latency"], pa.scalar(k * rise)))
             part = part.slice(0, min(left, part.num_rows))
             writer.write_table(part, row_group_size=1 << 20)
             left -= part.num_rows
@@ -93,6 +100,13 @@ def query_fields(db: modperf.Database, rel: str) -> dict[str, object]:
     return {"system": system, "backend": backend, "version": version, **fields}
 
 
+def env_for(src: str, work: Path) -> dict[str, str]:
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+           "PYTHONPATH": src, "PYTHONPYCACHEPREFIX": PYCACHE, "MODPERF_CACHE_DIR": str(work / "cache")}
+    env.pop("MODPERF_NO_CACHE", None)
+    return env
+
+
 def spawn(cmd: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) -> tuple[float, float, str]:
     """(seconds, peak RSS MiB, stdout) of one child process under GNU time."""
     start = time.perf_counter()
@@ -109,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=20_000_000)
     parser.add_argument("--runs", type=int, default=1, help="runs of every measurement (median, min-max)")
     parser.add_argument("--source", default=SOURCE, help="a table file of the embedded corpus, relative to it")
-    parser.add_argument("--src", default=SRC, help="the modperf source tree measured (its src folder)")
+    parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="modperf-bigtable-"))
@@ -121,30 +135,31 @@ def main(argv: list[str] | None = None) -> int:
         built = time.perf_counter() - start
         fields = query_fields(modperf.open(cache=False), args.source)
         table = Path(args.source).name.removesuffix("_perf.parquet")
-        env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-               "PYTHONPATH": args.src, "PYTHONPYCACHEPREFIX": PYCACHE, "MODPERF_CACHE_DIR": str(work / "cache")}
-        env.pop("MODPERF_NO_CACHE", None)
-        query = [sys.executable, "-m", "modperf", "query", table, "--data-root", str(root), "--json"]
+        trees = [("", SRC)] + ([("before: ", str(Path(args.before).resolve()))] if args.before else [])
+        query = ["query", table, "--data-root", str(root), "--json"]
         for k, v in fields.items():
             query += [f"--{k.replace('_', '-')}", str(v)]
         results: dict[str, list[tuple[float, float]]] = {}
         nbytes = 0
         answers = set()
         for _ in range(args.runs):
-            s, rss, out = spawn([sys.executable, "-c", READ_CHILD, str(path)], env)
+            s, rss, out = spawn([sys.executable, "-c", READ_CHILD, str(path)], env_for(SRC, work))
             nbytes = json.loads(out)["nbytes"]
             results.setdefault("cheapest read (ParquetFile, dictionary strings)", []).append((s, rss))
-            s, rss, _ = spawn([sys.executable, "-m", "modperf", "check", "--data-root", str(root), "--json"], env,
-                              ok=(0, 1))
-            results.setdefault("modperf check", []).append((s, rss))
-            s, rss, out = spawn([sys.executable, "-m", "modperf", "--no-cache", *query[3:]], env)
-            answers.add(json.loads(out)["latency_ms"])
-            results.setdefault("one query, no cache", []).append((s, rss))
-            shutil.rmtree(work / "cache", ignore_errors=True)
-            for label in ("one query, filling the cache", "one query, from the cache"):
-                s, rss, out = spawn(query, env)
+            for name, src in trees:  # interleaved
+                env = env_for(src, work)
+                modperf_cmd = [sys.executable, "-m", "modperf"]
+                s, rss, _ = spawn([*modperf_cmd, "check", "--data-root", str(root), "--json"], env, ok=(0, 1))
+                results.setdefault(f"{name}modperf check", []).append((s, rss))
+                s, rss, out = spawn([*modperf_cmd, "--no-cache", *query], env)
                 answers.add(json.loads(out)["latency_ms"])
-                results.setdefault(label, []).append((s, rss))
+                results.setdefault(f"{name}one query, no cache", []).append((s, rss))
+                shutil.rmtree(work / "cache", ignore_errors=True)
+                for label in ("one query, filling the cache", "one query, from the cache"):
+                    s, rss, out = spawn([*modperf_cmd, *query], env)
+                    answers.add(json.loads(out)["latency_ms"])
+                    results.setdefault(f"{name}{label}", []).append((s, rss))
+                shutil.rmtree(work / "cache", ignore_errors=True)
         size = path.stat().st_size
         print(f"{args.rows:,} rows: {args.source} tiled {tiles}x (built in {built:.1f} s), {size / 2**20:.0f} MiB "
               f"parquet; decoded Arrow size {nbytes / 2**20:.0f} MiB ({nbytes / args.rows:.0f} B/row); "

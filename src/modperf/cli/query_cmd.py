@@ -116,7 +116,8 @@ def query_command(
         "--allow-substitute",
         help="Answer an unmeasured native from the nearest one (the answer says so).")] = False,
     batch: Annotated[str | None, typer.Option(
-        "--batch", help="JSON-lines file of queries (- for stdin); writes one JSON line per query.")] = None,
+        "--batch", help="JSON-lines file of queries (- for stdin); writes one JSON line per query, in order, "
+        "4,096 lines at a time (from a pipe, answers follow each 4,096 lines and the end of the input).")] = None,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,

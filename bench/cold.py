@@ -270,6 +270,97 @@ def cell(values: list[float], fmt: str = "{:.2f}") -> str:
     return f"{fmt.format(med)} ({fmt.format(min(values))}-{fmt.format(max(values))})"
 
 
+def batch_lines(db: modperf.Database, family_rows: list[Any], workload: str, n: int) -> str:
+    """``n`` query lines of the first family's two tables. ``mixed``: its exact questions with
+    batch and isl scaled by 1, 2 or 4 at random (a few distinct points: a third extrapolated
+    or refused); ``sweep``: every axis drawn uniformly from the table's measured range (nearly
+    every point distinct, mostly interpolated)."""
+    rng = np.random.default_rng(0)
+    _, pairs = family_rows[0]
+    lines = []
+    if workload == "mixed":
+        fields = pairs[0][1][0]
+        axes = [a for a in ("batch_size", "isl", "step") if a in fields]
+        for k in range(n):
+            base = dict(pairs[k % 2][1][0])
+            for a in axes:
+                if a in base and a != "step":
+                    base[a] = int(base[a] * rng.choice([1, 2, 4]))
+            lines.append(json.dumps(base))
+    else:
+        ranges = []
+        for ref, _ in pairs:
+            keyed = db.load(ref)
+            ranges.append({a: (int(keyed.axes[a].min()), int(keyed.axes[a].max())) for a in keyed.spec.axes})
+        for k in range(n):
+            base = dict(pairs[k % 2][1][0])
+            for a, (lo, hi) in ranges[k % 2].items():
+                base[a] = int(rng.integers(lo, hi + 1))
+            lines.append(json.dumps(base))
+    return "\n".join(lines) + "\n"
+
+
+def batch_rows(args: argparse.Namespace, db: modperf.Database, family_rows: list[Any], trees: list[tuple[str, str]],
+               cache_dir: str) -> list[tuple[str, str, str, str, str]]:
+    """``modperf query --batch`` lines per second, whole process, from a file and from stdin:
+    every tree at ``--batch-lines``, this tree also at ten times that and its rate past the
+    start (the lines beyond the smaller batch over the extra time)."""
+    rows = []
+    small, large = args.batch_lines, 10 * args.batch_lines
+    for workload in ("mixed", "sweep"):
+        text = {n: batch_lines(db, family_rows, workload, n) for n in (small, large)}
+        path = {n: Path(cache_dir) / f"batch-{workload}-{n}.jsonl" for n in text}
+        for n in text:
+            path[n].write_text(text[n])
+        seconds: dict[tuple[str, str, int], list[float]] = {}
+        for _ in range(max(1, args.runs // 2)):
+            for name, src in trees:
+                for n in (small, large) if name == "modperf" else (small,):
+                    for source in ("file", "stdin"):
+                        cmd = [sys.executable, "-m", "modperf", "query", "--batch", str(path[n]) if source == "file"
+                               else "-"]  # (paths without spaces: tempfile's)
+                        # the answers go to a file, as a user's would (through a pipe to this
+                        # process, 0.9 KB a line, the reading here would be what is timed)
+                        shell = " ".join(cmd) + (" < " + str(path[n]) if source == "stdin" else "") + " > " + \
+                            str(Path(cache_dir) / "answers.jsonl")
+                        s, _, _ = spawn(["sh", "-c", shell], env=env_for(src, cache_dir), ok=(0, 1))  # 1: refused
+                        with open(Path(cache_dir) / "answers.jsonl", "rb") as answers:
+                            assert sum(1 for _ in answers) == n
+                        seconds.setdefault((name, source, n), []).append(s)
+
+        def rate(name: str, source: str, n: int, seconds: dict = seconds) -> float:
+            return n / statistics.median(seconds[(name, source, n)]) / 1000
+
+        def past_start(source: str, seconds: dict = seconds) -> float:
+            extra = statistics.median(seconds[("modperf", source, large)]) - \
+                statistics.median(seconds[("modperf", source, small)])
+            return (large - small) / extra / 1000
+
+        for source in ("file", "stdin"):
+            mine = f"{rate('modperf', source, small):.1f}k; {large:,} lines: {rate('modperf', source, large):.1f}k; " \
+                   f"past the start: {past_start(source):.1f}k"
+            before = f"{rate('before', source, small):.1f}k" if args.before else "-"
+            ratio = f"{rate('modperf', source, small) / rate('before', source, small):.2f}x before" \
+                if args.before else "-"
+            rows.append((f"query --batch ({workload}, {source}), lines per second, whole process ({small:,} lines)",
+                         "no batch mode", mine, before, ratio))
+    return rows
+
+
+def print_table(rows: list[Any], args: argparse.Namespace, skipped: list[str], cache_dir: str) -> int:
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    header = ("measure", "aiconfigurator-core 0.12.0", "modperf", "modperf before (--before)", "ratio (modperf / tool)")
+    widths = [max(len(r[i]) for r in [*rows, header]) for i in range(len(header))]
+    print(f"runs: {args.runs} interleaved; median (min-max); peak RSS by GNU time; before = {args.before or '-'}; "
+          f"attention tables with no tool op (left out): {', '.join(skipped) or '-'}")
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(v.ljust(w) for v, w in zip(row, widths)))
+    return 0
+
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs of every process row")
@@ -277,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-lines", type=int, default=50000)
     parser.add_argument("--skip-check", action="store_true", help="leave out the whole-corpus check row")
     parser.add_argument("--skip-database", action="store_true", help="leave out the all-tables database row")
+    parser.add_argument("--only-batch", action="store_true", help="only the query --batch rows")
     parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
     args = parser.parse_args(argv)
 
@@ -319,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     # fill the cache once (what an earlier process leaves behind)
     for _, pairs in family_rows:
         modperf_cold([f for _, (f, _) in pairs], True, cache_dir)
+    if args.only_batch:
+        return print_table(batch_rows(args, db, family_rows, trees, cache_dir), args, skipped, cache_dir)
     modperf_cold([f for _, (f, _) in every.values()], True, cache_dir)
     for _ in range(args.runs):
         for label, pairs in [*family_rows, ("all", list(every.values()))]:
@@ -396,30 +490,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"{m['many'] / warm['before']['many']:.2f} of before" if args.before else "-"))
 
     # query --batch lines per second
-    fields = family_rows[0][1][0][1][0]
-    axes = [a for a in ("batch_size", "isl", "step") if a in fields]
-    rng = np.random.default_rng(0)
-    lines = []
-    for k in range(args.batch_lines):
-        _, pairs = family_rows[0]
-        base = dict(pairs[k % 2][1][0])
-        for a in axes:
-            if a in base and a != "step":
-                base[a] = int(base[a] * rng.choice([1, 2, 4]))
-        lines.append(json.dumps(base))
-    batch_file = Path(cache_dir) / "batch.jsonl"
-    batch_file.write_text("\n".join(lines) + "\n")
-    rates: dict[str, list[float]] = {}
-    for _ in range(max(1, args.runs // 2)):
-        for name, src in trees:
-            s, _, out = spawn([sys.executable, "-m", "modperf", "query", "--batch", str(batch_file)],
-                              env=env_for(src, cache_dir), ok=(0, 1))  # 1: some line refused
-            assert len(out.splitlines()) == args.batch_lines
-            rates.setdefault(name, []).append(args.batch_lines / s / 1000)
-    rows.append((f"query --batch, lines per second ({args.batch_lines} lines, whole process)", "no batch mode",
-                 f"{cell(rates['modperf'], '{:.1f}')}k", f"{cell(rates['before'], '{:.1f}')}k" if args.before else "-",
-                 f"{statistics.median(rates['modperf']) / statistics.median(rates['before']):.2f}x before"
-                 if args.before else "-"))
+    rows += batch_rows(args, db, family_rows, trees, cache_dir)
 
     if not args.skip_check:
         read = ("import sys, pyarrow.parquet as pq\nfrom modperf.catalog import Catalog\n"
@@ -456,17 +527,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"cache: {database(SRC, True)}; no cache: {database(SRC, False)}",
                      database(trees[1][1], False) if args.before else "-", "-"))
 
-    shutil.rmtree(cache_dir, ignore_errors=True)
-    header = ("measure", "aiconfigurator-core 0.12.0", "modperf", "modperf before (--before)", "ratio (modperf / tool)")
-    widths = [max(len(r[i]) for r in [*rows, header]) for i in range(len(header))]
-    print(f"runs: {args.runs} interleaved; median (min-max); peak RSS by GNU time; before = {args.before or '-'}; "
-          f"attention tables with no tool op (left out): {', '.join(skipped) or '-'}")
-    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print("-+-".join("-" * w for w in widths))
-    for row in rows:
-        print(" | ".join(v.ljust(w) for v, w in zip(row, widths)))
-    return 0
-
+    return print_table(rows, args, skipped, cache_dir)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -359,3 +359,28 @@ def stored_latency(path: Path, where: Mapping[str, Any], column: str = "latency"
 
 def column(table: pa.Table, name: str) -> np.ndarray:
     return np.asarray(table.column(name).to_pylist())
+
+
+# --- query lines from measured points -----------------------------------------------------------
+
+
+def point_fields(keyed: Any, bucket: int, point: int) -> dict[str, Any]:
+    """The query fields that ask a keyed table for one of its measured points (slot, key
+    columns, head identity by the family's tier, the point's axis values)."""
+    from modperf.buckets import NATIVE
+    from modperf.families.base import HEADS, TP, Tier
+
+    ref = keyed.ref
+    fields: dict[str, Any] = {"table": ref.table, "system": ref.system, "backend": ref.backend,
+                              "version": ref.version}
+    key = dict(zip(keyed.key_names, keyed.bucket_keys[bucket]))
+    fields.update({k: v for k, v in key.items() if k not in (NATIVE, "local_num_heads", HEADS, TP)})
+    fields.update({a: int(keyed.axes[a][point]) for a in keyed.spec.axes})
+    local = int(keyed.bucket_local[bucket])
+    if keyed.family.tier is Tier.NATIVE:
+        fields.update(native_heads=int(key[HEADS]), tp_size=int(key[TP]))
+    elif keyed.family.tier is Tier.NATIVE_LOCAL:
+        fields.update(native_heads=int(key[NATIVE]), num_heads=local)
+    elif keyed.spec.head_axis:
+        fields["num_heads"] = local
+    return fields

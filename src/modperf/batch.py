@@ -8,7 +8,9 @@ being answered: each such line gets its own error line.
 
 from __future__ import annotations
 
+import itertools
 import json
+import json.scanner
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any
 
@@ -57,12 +59,19 @@ def _reject_constant(name: str) -> Any:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    for key, _ in pairs:  # the first key seen twice, as a scan in order finds it
+        if key in seen:
             raise ValueError(f"field {E.quote(key)} appears twice")
-        obj[key] = value
-    return obj
+        seen.add(key)
+    raise AssertionError("a shorter dict has a repeated key")
+
+
+#: json.loads(text, parse_constant=..., object_pairs_hook=...) builds a decoder per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
 
 
 def parse_line(number: int, line: bytes | str | LineTooLong) -> dict[str, Any] | None:
@@ -82,7 +91,10 @@ def parse_line(number: int, line: bytes | str | LineTooLong) -> dict[str, Any] |
     if not text.strip(_ASCII_BLANK):  # str.strip() would also drop \x1c-\x1f and count the line as blank
         return None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        if text.startswith("\ufeff"):  # json.loads refuses a BOM before decoding; say it the same way
+            obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        else:
+            obj = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise E.QueryFieldError(f"line {number} is not JSON: {exc.msg} (column {exc.colno})",
                                 values={"line": number}, fix=_LINE_FIX) from None
@@ -115,4 +127,81 @@ def run_lines(lines: Iterable[bytes | str | LineTooLong], answer: Callable[[dict
             yield False, dumps(error_line(exc))
 
 
-__all__ = ["LineTooLong", "error_line", "parse_line", "read_lines", "run_lines"]
+#: A scanner of one JSON value whose objects come out as lists of pairs (a C callable: no
+#: Python call per object, and repeated keys stay visible).
+_SCAN_PAIRS = json.scanner.make_scanner(
+    json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=list))  # type: ignore[arg-type]
+_JSON_BLANK = " \t\n\r"  # what the JSON decoder skips around a value
+
+
+def _flat_object(line: bytes | str | LineTooLong) -> dict[str, Any] | None:
+    """The common line -- one flat JSON object of unique keys, UTF-8 -- read the quick way;
+    None for anything else, which :func:`parse_line` then reads (and names what is wrong)."""
+    if type(line) is not bytes:
+        return None
+    try:
+        text = line.decode("utf-8").strip(_JSON_BLANK)
+        if not text.startswith("{"):
+            return None
+        pairs, end = _SCAN_PAIRS(text, 0)
+    except Exception:  # StopIteration, a bad byte, NaN, a huge integer, nesting too deep
+        return None
+    if end != len(text):
+        return None
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        return None
+    for value in obj.values():
+        if type(value) is list:  # an array, or a nested object (a list of pairs here)
+            return None
+    return obj
+
+
+#: Lines a chunked batch answers at once (an answer waits at most until its chunk is read).
+CHUNK_LINES = 4096
+
+
+def run_chunks(lines: Iterable[bytes | str | LineTooLong],
+               answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]],
+               defaults: Mapping[str, Any] | None = None, chunk: int = CHUNK_LINES) -> Iterator[list[tuple[bool, str]]]:
+    """:func:`run_lines` a chunk of lines at a time: per chunk, the ``(ok, line)`` of its
+    non-blank lines in order, malformed lines as their error lines and the rest answered by
+    ``answer_many`` (the queries' fields, defaults merged in; one ``(ok, line)`` each, as
+    :func:`run_lines` writes it). The end of the input ends the last chunk."""
+    base = dict(defaults or {})
+    numbered = enumerate(lines, 1)
+    while True:
+        out: list[tuple[bool, str] | None] = []
+        todo: list[int] = []
+        queries: list[dict[str, Any]] = []
+        read = 0
+        failed: OSError | None = None
+        try:
+            for number, line in itertools.islice(numbered, chunk):
+                read += 1
+                obj = _flat_object(line)
+                if obj is None:
+                    try:
+                        obj = parse_line(number, line)
+                    except Exception as exc:  # a bad line never stops the batch
+                        out.append((False, dumps(error_line(exc))))
+                        continue
+                    if obj is None:
+                        continue
+                todo.append(len(out))
+                out.append(None)
+                queries.append({**base, **obj} if base else obj)
+        except OSError as exc:  # the input failed mid-way: the lines read before it are answered first
+            failed = exc
+        if queries:
+            for at, answered in zip(todo, answer_many(queries), strict=True):
+                out[at] = answered
+        if read:
+            yield [o for o in out if o is not None]  # (every None was filled)
+        if failed is not None:
+            raise failed
+        if not read:
+            return
+
+
+__all__ = ["CHUNK_LINES", "LineTooLong", "error_line", "parse_line", "read_lines", "run_chunks", "run_lines"]

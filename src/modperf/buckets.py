@@ -144,13 +144,15 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     keys_native = family.tier is Tier.NATIVE_LOCAL
     key_names: tuple[str, ...] = (*cat_names, *disc_names, *((NATIVE,) if keys_native else ()), *spec.heads)
 
-    # per key column: codes, cardinality and decoder
+    # per key column: codes, cardinality and decoder. (Memory: a 20M-row table is 160 MB per
+    # int64 column, so codes stay in the narrowest type that holds them and every working array
+    # is dropped as soon as it is used; bench/bigtable.py measures the peak.)
     codes: list[np.ndarray] = []
     cards: list[int] = []
     decoders: list[Any] = []
     for name in cat_names:
         c = vt.categorical[name]
-        codes.append(c.codes.astype(np.int64))
+        codes.append(c.codes)
         cards.append(len(c.values))
         decoders.append(c.values)
     int_cols = [*disc_names, *((NATIVE,) if keys_native else ()), *spec.heads]
@@ -158,47 +160,63 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         col = vt.native if name == NATIVE else vt.integers[name]
         assert col is not None
         uniq, inv = factorize(col)
-        codes.append(inv)
+        codes.append(_narrow(inv, uniq.size))
+        del inv
         cards.append(int(uniq.size))
         decoders.append([int(u) for u in uniq])
     bucket_code = combine(codes, cards, n) if codes else np.zeros(n, dtype=np.int64)
 
-    axes = [vt.integers[a] for a in spec.axes]
     latency = vt.latency
     # sort: bucket, then axes in order, then latency (so duplicates sit ascending). The full key
     # is one mixed-radix integer, so two stable argsorts replace a many-key lexsort.
-    axis_codes, axis_cards = [bucket_code], [int(bucket_code.max()) + 1 if n else 1]
-    for a in axes:
-        uniq, inv = factorize(a)
-        axis_codes.append(inv)
+    axis_cards = [int(bucket_code.max()) + 1 if n else 1]
+    axis_codes = []
+    for axis in spec.axes:
+        uniq, inv = factorize(vt.integers[axis])
+        axis_codes.append(_narrow(inv, uniq.size))
+        del inv
         axis_cards.append(int(uniq.size))
-    full_code = combine(axis_codes, axis_cards, n)
+    full_code = combine([bucket_code, *axis_codes], axis_cards, n)
+    del axis_codes
     order = np.argsort(full_code, kind="stable")  # files are often written in key order
     code_sorted = full_code[order]
-    if n > 1 and (code_sorted[1:] == code_sorted[:-1]).any():
+    duplicated = n > 1 and bool((code_sorted[1:] == code_sorted[:-1]).any())
+    del code_sorted
+    if duplicated:
         # duplicates exist: order them by latency inside each full key (lower-median rule)
         order = np.lexsort((latency, full_code))
+    del full_code
     b_sorted = bucket_code[order]
-    ax_sorted = [a[order] for a in axes]
+    del bucket_code
+    ax_sorted = [vt.integers[axis][order] for axis in spec.axes]
     lat_sorted = latency[order]
 
     new_point = np.ones(n, dtype=bool)
     if n > 1:
         same = b_sorted[1:] == b_sorted[:-1]
-        for a in ax_sorted:
-            same &= a[1:] == a[:-1]
+        for col in ax_sorted:
+            same &= col[1:] == col[:-1]
         new_point[1:] = ~same
+        del same
     starts = np.flatnonzero(new_point)
     sizes = np.diff(np.append(starts, n))
-    pick = starts + (sizes - 1) // 2  # lower median: latencies are ascending inside a group
-    point_bucket = b_sorted[starts]
-    point_latency = lat_sorted[pick]
+    if starts.size == n:  # every row its own point (no duplicates): the sorted arrays are the points
+        point_bucket = b_sorted
+        point_latency = lat_sorted
+        point_axes = dict(zip(spec.axes, ax_sorted))
+    else:
+        pick = starts + (sizes - 1) // 2  # lower median: latencies are ascending inside a group
+        point_bucket = b_sorted[starts]
+        point_latency = lat_sorted[pick]
+        del pick
+        point_axes = {name: a[starts] for name, a in zip(spec.axes, ax_sorted)}
+    del b_sorted, ax_sorted
     spread = None
     if (sizes > 1).any():
         lo, hi = lat_sorted[starts], lat_sorted[starts + sizes - 1]
         with np.errstate(divide="ignore", invalid="ignore"):
             spread = np.where((sizes > 1) & (lo > 0), hi / lo - 1.0, np.nan)
-    point_axes = {name: a[starts] for name, a in zip(spec.axes, ax_sorted)}
+        del lo, hi
 
     # alias duplicates: points measured under more than one model name
     alias_points = 0
@@ -222,7 +240,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     decoded_cols: list[list[Any]] = []
     column_codes: dict[str, np.ndarray] = {}
     for name, code_col, dec in zip(key_names, codes, decoders):
-        bucket_code_col = code_col[first_rows]
+        bucket_code_col = code_col[first_rows].astype(np.int64)
         column_codes[name] = bucket_code_col
         decoded_cols.append(np.asarray(dec, dtype=object)[bucket_code_col].tolist() if len(dec) else [])
     bucket_keys = list(zip(*decoded_cols)) if decoded_cols else [()] * len(first_rows)
@@ -236,7 +254,10 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     bucket_models: list[tuple[str, ...]]
     if vt.model is not None:
         row_bucket = np.repeat(np.arange(len(first_rows)), np.diff(offsets))[point_of_row]
-        pairs = unique_codes(row_bucket * (len(vt.model.values) + 1) + vt.model.codes[order])
+        row_bucket *= len(vt.model.values) + 1  # (in place: a 20M-row table has no room for temporaries)
+        row_bucket += vt.model.codes[order]
+        pairs = unique_codes(row_bucket)
+        del row_bucket
         per_bucket: list[list[str]] = [[] for _ in range(len(first_rows))]
         for p in pairs:
             per_bucket[int(p // (len(vt.model.values) + 1))].append(
@@ -247,7 +268,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
 
     return KeyedTable(
         ref=vt.ref, family=family, spec=spec, key_names=key_names, bucket_keys=bucket_keys,
-        offsets=offsets, axes=point_axes, latency=point_latency, sources=sizes.astype(np.int64),
+        offsets=offsets, axes=point_axes, latency=point_latency, sources=sizes.astype(np.int64, copy=False),
         bucket_models=bucket_models, bucket_native=np.asarray(bucket_native, dtype=np.int64),
         bucket_local=np.asarray(bucket_local, dtype=np.int64),
         model_native={m: c.native_heads for m, c in vt.configs.items()},
@@ -257,6 +278,14 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         duplicate_spread=spread, recorded_versions=vt.recorded_versions, rows_stored=vt.stored_rows,
         bucket_columns=BucketColumns(column_codes, dict(zip(key_names, decoders))),
     )
+
+
+def _narrow(codes: np.ndarray, card: int) -> np.ndarray:
+    """Codes below ``card`` in the narrowest signed type that holds them (the same values)."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if card <= np.iinfo(dtype).max:
+            return codes.astype(dtype)
+    return codes
 
 
 def _agreement(point_of_row: np.ndarray, native_sorted: np.ndarray, lat_sorted: np.ndarray,

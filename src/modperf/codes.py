@@ -80,8 +80,9 @@ def combine(codes: list[np.ndarray], cards: list[int], n: int) -> np.ndarray:
     if total < 2**62:
         combined = np.zeros(n, dtype=np.int64)
         for code, card in zip(codes, cards):
-            combined = combined * max(card, 1) + code
+            combined *= max(card, 1)  # in place: no temporary of n int64 per column
+            combined += code
         return combined
     # Too many combinations for one integer: fall back to row-wise unique.
-    _, inverse = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
+    _, inverse = np.unique(np.stack([c.astype(np.int64) for c in codes], axis=1), axis=0, return_inverse=True)
     return inverse.reshape(-1).astype(np.int64)

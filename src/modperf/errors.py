@@ -54,9 +54,14 @@ def describe_rows(rows: Sequence[int], total: int | None = None) -> str:
     return f"{word} {shown}"
 
 
+_AS_IS = frozenset({int, float, bool, type(None)})
+
+
 def _plain(value: Any, depth: int = 0) -> Any:
     """numpy scalars and tuples to JSON-friendly Python values; strings cleaned and bounded,
     long lists cut, deep nesting summarised (a message never grows with what a user typed)."""
+    if type(value) in _AS_IS:  # (most values: no attribute lookups)
+        return value
     if hasattr(value, "item") and not isinstance(value, (list, tuple, dict)):
         with contextlib.suppress(ValueError, TypeError):
             value = value.item()

@@ -171,11 +171,15 @@ def _series_checks(kt: KeyedTable, th: Thresholds, examples: int, out: FileQuali
         for other in kt.spec.axes:
             if other != axis:
                 uniq, inv = factorize(kt.axes[other])
-                codes.append(inv)
+                # (int32 where it holds them: a 20M-point table has no room for int64 copies)
+                codes.append(inv.astype(np.int32) if uniq.size < 2**31 else inv)
+                del inv
                 cards.append(max(int(uniq.size), 1))
         series = combine(codes, cards, kt.n_points)
+        del codes
         order = np.lexsort((kt.axes[axis], series))
         s, lat = series[order], kt.latency[order]
+        del series
         if lat.size < 2:
             continue
         same = s[1:] == s[:-1]

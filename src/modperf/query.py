@@ -427,20 +427,7 @@ class QueryEngine:
     def _quality_of(self, plan: _Plan, point: list[int]) -> list[dict[str, Any]] | None:
         """Quality findings (modperf.quality) on the measured points an answer stands on: the
         point itself when exact, else the measured corners of its interpolation box."""
-        group = plan.findings_key
-        if group is None:
-            return None
-        # per (file, group): its findings by point and the table's axes, or None where the group
-        # has none (most groups): then an answer costs one dict lookup here
-        key = (plan.template.files, group)
-        try:
-            found = self._quality_groups[key]
-        except KeyError:
-            keyed = self.store.table(*_slot_of(plan.template))
-            findings = self._findings(keyed)
-            found = (findings[group], tuple(keyed.spec.axes)) if findings and group in findings else None
-            with self._lock:
-                self._quality_groups[key] = found
+        found = self._quality_found(plan)
         if found is None:
             return None
         by_point, axes = found
@@ -450,6 +437,24 @@ class QueryEngine:
             coords = tuple(cell[a] for a in axes)
             hits.extend(by_point.get((heads, coords), ()))
         return hits or None
+
+    def _quality_found(self, plan: _Plan) -> tuple[dict[tuple[Any, ...], list[dict[str, Any]]], tuple[str, ...]] | None:
+        """The quality findings of the plan's group by (heads, axis values), with the table's
+        axes; None where the group has none (most groups)."""
+        group = plan.findings_key
+        if group is None:
+            return None
+        # per (file, group), kept: then an answer costs one dict lookup here
+        key = (plan.template.files, group)
+        try:
+            return self._quality_groups[key]
+        except KeyError:
+            keyed = self.store.table(*_slot_of(plan.template))
+            findings = self._findings(keyed)
+            found = (findings[group], tuple(keyed.spec.axes)) if findings and group in findings else None
+            with self._lock:
+                self._quality_groups[key] = found
+            return found
 
     def _findings(self, keyed: KeyedTable) -> dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]:
         """Per group of this table, per (heads, axis values): the findings of

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import errors as E
-from ..batch import read_lines, run_lines
+from ..batch import read_lines, run_chunks
 from ..db import Database
 from ._app import app
 from ._common import (
@@ -116,7 +116,8 @@ def query_command(
         "--allow-substitute",
         help="Answer an unmeasured native from the nearest one (the answer says so).")] = False,
     batch: Annotated[str | None, typer.Option(
-        "--batch", help="JSON-lines file of queries (- for stdin); writes one JSON line per query.")] = None,
+        "--batch", help="JSON-lines file of queries (- for stdin); writes one JSON line per query, in order, "
+        "4,096 lines at a time (from a pipe, answers follow each 4,096 lines and the end of the input).")] = None,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
@@ -146,9 +147,14 @@ def query_command(
         stream = open_batch(batch)
         failed = 0
         try:
-            for ok, line in run_lines(read_lines(stream), db.queries.query, fields):
-                failed += not ok
-                sys.stdout.write(line + "\n")
+            # a chunk of lines at a time, answered plan by plan (modperf.query_lines: the same
+            # lines as batch.run_lines writes one query at a time)
+            from ..query_lines import LineAnswerer
+
+            answerer = LineAnswerer(db.queries)
+            for chunk in run_chunks(read_lines(stream), answerer.answer, fields):
+                failed += sum(not ok for ok, _ in chunk)
+                sys.stdout.write("".join([line + "\n" for _, line in chunk]))
                 sys.stdout.flush()
         except OSError as exc:  # the input failed mid-way (a folder, an I/O error): typed, after every answer
             raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=batch,

@@ -1,0 +1,266 @@
+"""Batches of queries answered plan by plan: the same answer lines as one query at a time,
+written faster.
+
+``modperf query --batch`` answers a chunk of lines at once. Lines whose non-axis fields are
+equal share one resolved plan (the key :meth:`QueryEngine.query` caches plans by); each group's
+points go through the plan's grid in one vectorised lookup (:meth:`Grid.lookup_many`, the same
+latencies bit for bit as the scalar lookup), and each answer line is the plan's JSON text with
+the point's parts filled in. Everything else -- a line whose fields would not parse the simple
+way (a string or float where an integer goes, a missing axis), a plan that does not resolve,
+a lane table, a refused or extrapolated point -- is answered by the reference path,
+``engine.query`` then the JSON writer, line by line; the text of a refused or extrapolated
+point is kept per (plan, point) for the batch, since it depends on nothing else.
+``tests/test_query_lines.py`` checks the output against the reference byte for byte.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import limits
+from .batch import error_line
+from .families.base import HEADS
+from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED
+from .jsonio import dumps, dumps_as_is, dumps_small
+from .query import _AXIS_NAMES, Answer, QueryEngine, _Plan
+
+#: Markers standing for the per-point parts while a plan's answer text is made.
+_MARK = "\x01modperf-point-part-{}\x01"
+_KIND_TEXT = {EXACT: '"exact"', INTERPOLATED: '"interpolated"', EXTRAPOLATED: "", REFUSED: ""}
+#: Plans with a template kept, and points whose slow answer text is kept, at most.
+_KEEP_PLANS = 4096
+_KEEP_POINTS = 1 << 16
+
+
+class _Template:
+    """One plan's answer text as a %-format: (latency, kind, extrapolation, the axis values
+    in the order the answer's fields list them, quality)."""
+
+    __slots__ = ("field_order", "fmt", "quality")
+
+    def __init__(self, fmt: str, field_order: list[int], quality: bool) -> None:
+        self.fmt = fmt
+        self.field_order = field_order  # positions in the point of the axis values, in text order
+        self.quality = quality  # whether the plan's group has quality findings to look up
+
+
+class _Layout:
+    """The field names of a line, in order: which are the plan's and which are axes."""
+
+    __slots__ = ("axis_names", "plan_names", "plan_values")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.plan_names = tuple(n for n in names if n not in _AXIS_NAMES)
+        self.axis_names = frozenset(n for n in names if n in _AXIS_NAMES)
+        getter = operator.itemgetter(*self.plan_names) if self.plan_names else (lambda _: ())
+        if len(self.plan_names) == 1:
+            self.plan_values: Callable[[Mapping[str, Any]], tuple[Any, ...]] = lambda f: (getter(f),)
+        else:
+            self.plan_values = getter
+
+
+class LineAnswerer:
+    """Answers lists of query fields (one chunk of a batch); keeps templates and slow answers
+    between chunks."""
+
+    def __init__(self, engine: QueryEngine) -> None:
+        self.engine = engine
+        self._templates: dict[int, tuple[_Plan, _Template | None]] = {}
+        self._slow: dict[tuple[Any, ...], tuple[bool, str]] = {}
+        self._layouts: dict[tuple[str, ...], _Layout] = {}
+
+    def reference(self, fields: Mapping[str, Any]) -> tuple[bool, str]:
+        """One line the way :func:`modperf.batch.run_lines` answers it."""
+        try:
+            return True, dumps_small(self.engine.query(fields).to_dict())
+        except Exception as exc:  # a bad line never stops the batch
+            return False, dumps(error_line(exc))
+
+    def answer(self, items: Sequence[Mapping[str, Any]]) -> list[tuple[bool, str]]:
+        """``(ok, line)`` per item, in order: what :meth:`reference` gives for it."""
+        out: list[tuple[bool, str] | None] = [None] * len(items)
+        # lines are grouped by their field names (in order) and the values and types of the
+        # non-axis ones: a group is finer than the plan cache's key, so one plan answers it
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        layouts = self._layouts
+        for i, fields in enumerate(items):
+            names = tuple(fields)
+            layout = layouts.get(names)
+            if layout is None:
+                layout = self._layout(names)
+            values = layout.plan_values(fields)
+            try:
+                groups.setdefault((layout, values, tuple(map(type, values))), []).append(i)
+            except TypeError:  # an unhashable value: the reference path says what is wrong
+                out[i] = self.reference(fields)
+        for (layout, values, types), rows in groups.items():
+            key = tuple(zip(layout.plan_names, types, values))
+            self._group(layout, key, rows, items, out)
+        return [o if o is not None else self.reference(items[i]) for i, o in enumerate(out)]
+
+    @staticmethod
+    def _columns(plan: _Plan, layout: _Layout, rows: list[int], items: Sequence[Mapping[str, Any]]
+                 ) -> tuple[list[Any], dict[int, list[str]]] | set[int] | None:
+        """Per axis of the plan, the values of the lines ``rows`` (a line that leaves an axis
+        out, or gives null, takes the plan's fixed value) and their JSON text; or the lines
+        whose value is anything but an in-range plain integer (the reference path parses, or
+        refuses, each such value as a single query does); None where an axis has no value."""
+        cols: list[Any] = []
+        text_cols: dict[int, list[str]] = {}
+        n = len(rows)
+        bad: set[int] = set()
+        for j, name in enumerate(plan.axis_fields):
+            if name == HEADS:
+                cols.append(plan.local)
+                continue
+            fixed = plan.fixed.get(name)
+            if name in layout.axis_names:
+                col = [items[i][name] for i in rows]
+                if None in col:
+                    if fixed is None:
+                        bad.update(i for i, v in zip(rows, col) if v is None)
+                    col = [fixed if v is None else v for v in col]
+            elif fixed is not None:
+                col = [fixed] * n
+            else:
+                return None
+            rng = limits.range_of(name)
+            if set(map(type, col)) != {int} or min(col) < rng.low or max(col) > rng.high:
+                bad.update(i for i, v in zip(rows, col) if type(v) is not int or not rng.low <= v <= rng.high)
+                continue
+            cols.append(np.array(col, dtype=np.int64))
+            text_cols[j] = list(map(int.__repr__, col))
+        return bad if bad else (cols, text_cols)
+
+    def _layout(self, names: tuple[str, ...]) -> _Layout:
+        if len(self._layouts) >= _KEEP_PLANS:
+            self._layouts.clear()
+        layout = self._layouts[names] = _Layout(names)
+        return layout
+
+    # -- one group of lines sharing a plan ----------------------------------------------------
+
+    def _group(self, layout: _Layout, key: tuple[Any, ...], rows: list[int], items: Sequence[Mapping[str, Any]],
+               out: list[tuple[bool, str] | None]) -> None:
+        engine = self.engine
+        try:
+            plan = engine._cached_plan(items[rows[0]])
+        except Exception:
+            return  # every line of the group through the reference path (it raises there too)
+        if plan.lanes is not None:
+            return  # the kernel is picked per point: the reference path
+        axis_fields = plan.axis_fields
+        if any(k not in axis_fields for k in layout.axis_names):
+            return  # an axis the table does not have: the reference path names the table's keys
+        template = self._template(plan)
+        if template is None:
+            return
+        columns = self._columns(plan, layout, rows, items)
+        if isinstance(columns, set):  # some lines' values are not in-range integers: those by reference
+            rows = [i for i in rows if i not in columns]
+            columns = self._columns(plan, layout, rows, items) if rows else None
+        if not isinstance(columns, tuple):
+            return
+        cols, text_cols = columns
+        lat, kinds = plan.grid.lookup_many(cols)
+        kind_list = kinds.tolist()
+        texts = [text_cols[j] for j in template.field_order]
+        fmt = template.fmt
+        latencies = list(map(float.__repr__, lat.tolist()))
+        lines = [fmt % parts for parts in zip(latencies, map(_KIND_TEXT.__getitem__, kind_list),
+                                              itertools.repeat("null"), *texts, itertools.repeat("null"))]
+        quality = template.quality
+        slow = self._slow
+        for r, (i, kind, line) in enumerate(zip(rows, kind_list, lines)):
+            if kind in (EXACT, INTERPOLATED):
+                if latencies[r][-1] in "nf":  # nan, inf: the reference path writes what it becomes
+                    continue
+                if quality:
+                    point = [c if isinstance(c, int) else int(c[r]) for c in cols]
+                    notes = engine._quality_of(plan, point)
+                    if notes is not None:
+                        line = fmt % (latencies[r], _KIND_TEXT[kind], "null", *[t[r] for t in texts],
+                                      dumps_small(notes))
+                out[i] = (True, line)
+            else:  # extrapolated or refused: depends on nothing but the plan and the point
+                memo = (key, tuple([c if isinstance(c, int) else int(c[r]) for c in cols]))
+                found = slow.get(memo)
+                if found is None:
+                    found = self.reference(items[i])
+                    if len(slow) >= _KEEP_POINTS:
+                        slow.clear()
+                    slow[memo] = found
+                out[i] = found
+
+    def _template(self, plan: _Plan) -> _Template | None:
+        kept = self._templates.get(id(plan))
+        if kept is not None and kept[0] is plan:
+            return kept[1]
+        template = self._make_template(plan)
+        if len(self._templates) >= _KEEP_PLANS:
+            self._templates.clear()
+        self._templates[id(plan)] = (plan, template)  # the plan is held: its id is not reused
+        return template
+
+    def _make_template(self, plan: _Plan) -> _Template | None:
+        """The plan's answer as ``to_dict`` gives it and the JSON writer writes it, with markers
+        where the point's parts go; None where that text cannot be trusted (a marker that the
+        fields themselves hold, a value the writer would rewrite)."""
+        engine = self.engine
+        t = plan.template
+        axis_fields = plan.axis_fields
+        # the heads the answer says it used depend on the heads coordinate only, one per plan
+        heads_used: tuple[int, ...] = ()
+        if HEADS in axis_fields:
+            local = plan.local
+            assert local is not None
+            probe = [local if n == HEADS else int(plan.grid.values[j][0]) for j, n in enumerate(axis_fields)]
+            heads_used = plan.grid.lookup(probe).heads_used
+        answer = object.__new__(Answer)
+        answer.__dict__.update(t.__dict__)
+        marks = iter(range(1 << 30))
+        answer.latency_ms = _MARK.format(next(marks))  # type: ignore[assignment]
+        answer.kind = _MARK.format(next(marks))
+        if heads_used:
+            answer.locals_used = heads_used
+        answer.extrapolation = _MARK.format(next(marks))  # type: ignore[assignment]
+        resolved = dict(t.fields)
+        axis_mark: dict[str, int] = {}
+        for name in axis_fields:
+            if name != HEADS:
+                axis_mark[name] = next(marks)
+                resolved[name] = _MARK.format(axis_mark[name])
+        answer.fields = resolved
+        answer.quality = _MARK.format(next(marks))  # type: ignore[assignment]
+        try:
+            text = dumps_as_is(answer.to_dict())
+        except (ValueError, TypeError):
+            return None
+        tokens = [dumps_as_is(_MARK.format(k)) for k in range(next(marks))]
+        if any(text.count(tok) != 1 for tok in tokens) or "\x01" in text.replace("\\u0001", ""):
+            return None
+        positions = [text.index(tok) for tok in tokens]
+        # the text's order of the parts: latency, kind, extrapolation, fields (in their dict
+        # order), quality -- as to_dict lists them
+        in_text = sorted(range(len(tokens)), key=positions.__getitem__)
+        field_marks = [k for k in in_text if k not in (0, 1, 2, len(tokens) - 1)]
+        if in_text[:3] != [0, 1, 2] or in_text[-1] != len(tokens) - 1:
+            return None
+        by_mark = {axis_mark[n]: j for j, n in enumerate(axis_fields) if n != HEADS}
+        pieces = []
+        last = 0
+        for k in in_text:
+            pieces.append(text[last:positions[k]].replace("%", "%%"))
+            pieces.append("%s")
+            last = positions[k] + len(tokens[k])
+        pieces.append(text[last:].replace("%", "%%"))
+        has_quality = engine.annotate_quality and engine._quality_found(plan) is not None
+        return _Template("".join(pieces), [by_mark[k] for k in field_marks], has_quality)
+
+
+__all__ = ["LineAnswerer"]

@@ -57,6 +57,16 @@ def test_dsa_context_of_deepseek_v32_at_tp8(db: modperf.Database) -> None:
                       "rule": "isl + step <= index_topk (2048): SGLang runs dense MHA"}
 
 
+def test_a_given_step_is_not_reported_as_defaulted(db: modperf.Database) -> None:
+    """The plan cache keys which axis fields a query gave: the same question with step given
+    after one without it must not carry the "step defaulted to 0" note."""
+    ask = dict(table="dsa_context_module", system="h200_sxm", backend="sglang", version="0.5.14",
+               model="deepseek-ai/DeepSeek-V3.2", tp_size=8, batch_size=4, isl=1024)
+    assert "step" in db.query(**ask).defaults
+    given = db.query(**ask, step=0)
+    assert "step" not in given.defaults and given.fields["step"] == 0
+
+
 def test_qwen3_32b_decode_step_at_tp2(db: modperf.Database) -> None:
     """"Qwen3-32B decode step at tp 2?": kv heads 8 / 2 = 4 per rank, head_dim 128, full attention."""
     a = db.query(table="generation_attention", system="h200_sxm", backend="vllm", model="Qwen/Qwen3-32B",

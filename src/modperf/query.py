@@ -362,7 +362,9 @@ class QueryEngine:
         plan_key: tuple[Any, ...] | None
         # the type is part of the key: 0 == False and 1 == True, but only a bool is a flag (modperf.limits)
         # (in the order given: the same fields in another order are another entry of one plan)
-        plan_key = tuple([(k, type(v), v) for k, v in fields.items() if k not in _AXIS_NAMES])
+        # which axis fields were given is part of it too: a plan resolved without `step` carries
+        # the note that step defaulted to 0, which a line giving step must not inherit
+        plan_key = tuple([(k, type(v), v) if k not in _AXIS_NAMES else k for k, v in fields.items()])
         try:
             plan = self._plans.get(plan_key)
         except TypeError:  # an unhashable value: resolve without the cache

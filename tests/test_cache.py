@@ -173,6 +173,26 @@ def test_another_model_config_set_is_another_entry(cache_dir: Path, root: Path, 
     assert len(entry_files(cache_dir)) == 2
 
 
+def test_the_size_bound_removes_the_entry_used_longest_ago(cache_dir: Path, root: Path, fixtures: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries of another model-config set (or an older modperf) are never read again: past
+    MODPERF_CACHE_MAX_BYTES the one used longest ago goes, the one just written stays, and the
+    answers are the same."""
+    want = answers(modperf.open(root, cache=False))
+    modperf.open(root).table(*SLOT)
+    (first,) = entry_files(cache_dir)
+    monkeypatch.setenv(cache.MAX_BYTES_ENV, str(first.stat().st_size + 1))
+    other = modperf.open(root, [fixtures / "09_hf_configs"])
+    other.table(*SLOT)
+    (second,) = entry_files(cache_dir)
+    assert second != first and not first.exists()
+    assert answers(other) == want and answers(modperf.open(root, [fixtures / "09_hf_configs"])) == want
+    assert entry_files(cache_dir) == [second]
+    monkeypatch.setenv(cache.MAX_BYTES_ENV, "lots")
+    assert cache.max_bytes() == cache.DEFAULT_MAX_BYTES
+    assert any("is not a whole number of bytes" in n for n in cache.notes)
+
+
 def test_unwritable_cache_degrades_to_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

@@ -38,6 +38,7 @@ Nothing here raises past :func:`load_keyed` except the loader's own errors.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -63,6 +64,10 @@ if TYPE_CHECKING:
 
 CACHE_DIR_ENV = "MODPERF_CACHE_DIR"
 NO_CACHE_ENV = "MODPERF_NO_CACHE"
+MAX_BYTES_ENV = "MODPERF_CACHE_MAX_BYTES"
+#: The cache's size bound: past it, the entries used longest ago are removed after each write
+#: (entries of an older modperf or another model-config set are never read again).
+DEFAULT_MAX_BYTES = 2 * 2**30
 #: The format of an entry; bumped when the layout changes (part of every entry's identity).
 FORMAT = 1
 MAGIC = b"MODPERF-KEYED\x00\x00\x01"
@@ -362,6 +367,8 @@ def load_keyed(ref: TableRef, models: ModelRegistry, build: Callable[[TableRef, 
         except (ValueError, KeyError, TypeError, IndexError):
             found = None
         if found is not None and found[0] == identity:
+            with contextlib.suppress(OSError):
+                os.utime(entry)  # used now: the size bound removes the entries used longest ago
             return found[1]
     keyed = build(ref, models)
     if source_identity(ref.path) == source:  # the file did not change while it was keyed
@@ -380,10 +387,51 @@ def store(entry: Path, keyed: KeyedTable, identity: dict[str, Any]) -> bool:
 
         entry.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_atomically(entry, write, overwrite=True)
+        evict(entry.parent, keep=entry)
         return True
     except Exception as exc:  # a cache that cannot be written is no cache, never an error
         _note(f"cache not written ({entry.parent}): {getattr(exc, 'detail', None) or exc}")
         return False
+
+
+def max_bytes() -> int:
+    """The size bound: ``MODPERF_CACHE_MAX_BYTES`` (a whole number of bytes; 0 keeps only the
+    entry just written), else :data:`DEFAULT_MAX_BYTES`."""
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    if text.isascii() and text.isdigit() and len(text) <= 20:
+        return int(text)
+    _note(f"{MAX_BYTES_ENV}={text[:40]!r} is not a whole number of bytes; the bound stays {DEFAULT_MAX_BYTES}")
+    return DEFAULT_MAX_BYTES
+
+
+def evict(folder: Path, keep: Path | None = None, bound: int | None = None) -> int:
+    """Remove the entries used longest ago (by modification time, which a read refreshes) until
+    the folder holds at most ``bound`` bytes of entries; ``keep`` stays. Returns the bytes
+    removed. Never raises: an entry that cannot be removed is left."""
+    bound = max_bytes() if bound is None else bound
+    found = []
+    for path in _entry_files(folder):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        found.append((st.st_mtime_ns, st.st_size, path))
+    total = sum(size for _, size, _ in found)
+    removed = 0
+    for _, size, path in sorted(found):
+        if total <= bound:
+            break
+        if keep is not None and path == keep:
+            continue
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        total -= size
+        removed += size
+    return removed
 
 
 # --- info and clear ---------------------------------------------------------------------------
@@ -466,5 +514,21 @@ def clear(folder: Path | None = None) -> CacheInfo:
     return removed
 
 
-__all__ = ["CACHE_DIR_ENV", "NO_CACHE_ENV", "CacheInfo", "cache_dir", "clear", "enabled", "info", "load_keyed",
-           "notes", "pipeline_fingerprint", "registry_fingerprint", "source_identity"]
+__all__ = [
+    "CACHE_DIR_ENV",
+    "DEFAULT_MAX_BYTES",
+    "MAX_BYTES_ENV",
+    "NO_CACHE_ENV",
+    "CacheInfo",
+    "cache_dir",
+    "clear",
+    "enabled",
+    "evict",
+    "info",
+    "load_keyed",
+    "max_bytes",
+    "notes",
+    "pipeline_fingerprint",
+    "registry_fingerprint",
+    "source_identity",
+]

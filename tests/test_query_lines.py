@@ -155,10 +155,10 @@ def test_the_refused_batch_is_mostly_refused_both_ways_in_several_tables(db: mod
     assert all(len(e["values"]["nearest_measured"]) == 3 for e in refused)
 
 
-def test_refused_points_are_written_from_their_plans_refusal_text(db: modperf.Database,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """The refused lines of a refused-dominated batch do not go through the reference path
-    (the test comparing bytes would pass trivially if they did)."""
+def test_refused_and_extrapolated_points_are_written_from_their_plans_texts(db: modperf.Database,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refused and extrapolated lines of a refused-dominated batch do not go through the
+    reference path (the test comparing bytes would pass trivially if they did)."""
     batch = refused_batch(db)
     answerer = LineAnswerer(modperf.open().queries)
     by_reference = collections.Counter()
@@ -172,4 +172,5 @@ def test_refused_points_are_written_from_their_plans_refusal_text(db: modperf.Da
     monkeypatch.setattr(answerer, "reference", counted)
     out = [line for c in run_chunks(read_lines(io.BytesIO(batch)), answerer.answer, chunk=4096) for _, line in c]
     assert sum(line.startswith('{"error"') for line in out) >= 0.5 * len(out)
-    assert by_reference[False] == 0
+    assert sum('"kind": "extrapolated"' in line for line in out) >= 20
+    assert by_reference[False] == by_reference[True] == 0

@@ -336,14 +336,7 @@ class QueryEngine:
                 raise E.OutOfCoverageError(f"{t.table}: point {dict(zip(grid.axes, point))} lies outside the "
                                            "measured grid's reach", values={"native": t.native})
             raise self._refusal(plan, point, found)
-        extrapolation = None
-        if found.distance > 0:
-            extrapolation = {
-                "distance_octaves": round(found.distance, 6), "limit_octaves": grid.limit,
-                "outside_axes": list(found.outside), "measured_range": grid.ranges(),
-                "model": "utilisation held against the roofline of " + gpu_spec(t.system).name
-                         + ("" if gpu_spec(t.system).from_file else " (default GPU: no spec file)"),
-            }
+        extrapolation = extrapolation_of(grid, t.system, found) if found.distance > 0 else None
         # a shallow copy of the template with the point's part set (dataclasses.replace, without
         # its per-field keyword round trip: a few microseconds of every answer)
         answer = object.__new__(Answer)
@@ -878,6 +871,17 @@ class QueryEngine:
 #: Every interpolation axis any family declares: the numeric part of a query, left out of the
 #: plan cache key so that a sweep over shapes reuses one resolved plan.
 _AXIS_NAMES = frozenset(a for fam in registry().values() for spec in fam.tables for a in spec.axes)
+
+
+def extrapolation_of(grid: Grid, system: str, found: Lookup) -> dict[str, Any]:
+    """How far an extrapolated answer (a lookup that spent some distance) reached, as the
+    answer lists it."""
+    return {
+        "distance_octaves": round(found.distance, 6), "limit_octaves": grid.limit,
+        "outside_axes": list(found.outside), "measured_range": grid.ranges(),
+        "model": "utilisation held against the roofline of " + gpu_spec(system).name
+                 + ("" if gpu_spec(system).from_file else " (default GPU: no spec file)"),
+    }
 
 
 def refusal_where(distance: float) -> str:

@@ -29,7 +29,7 @@ from .batch import error_line
 from .families.base import HEADS
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED
 from .jsonio import dumps, dumps_as_is, dumps_small
-from .query import _AXIS_NAMES, Answer, QueryEngine, _Plan, refusal_error, refusal_where
+from .query import _AXIS_NAMES, Answer, QueryEngine, _Plan, extrapolation_of, refusal_error, refusal_where
 
 #: Markers standing for the per-point parts while a plan's answer text is made.
 _MARK = "\x01modperf-point-part-{}\x01"
@@ -211,13 +211,31 @@ class LineAnswerer:
                     if kind == REFUSED:
                         refused.append((r, i, memo))
                         continue
-                    found = self.reference(items[i])
+                    found = self._extrapolated(plan, template, list(memo[1]), [t[r] for t in texts])
+                    if found is None:
+                        found = self.reference(items[i])
                     if len(slow) >= _KEEP_POINTS:
                         slow.clear()
                     slow[memo] = found
                 out[i] = found
         if refused:
             self._refuse(plan, cols, text_cols, spent, refused, items, out)
+
+    def _extrapolated(self, plan: _Plan, template: _Template, point: list[int], texts: list[str]
+                      ) -> tuple[bool, str] | None:
+        """An extrapolated point's answer line: its scalar lookup written into the plan's
+        template; None where the reference path must write it (a non-finite number)."""
+        found = plan.grid.lookup(point)
+        latency = float.__repr__(found.latency_ms)
+        if found.kind != EXTRAPOLATED or latency[-1] in "nf":
+            return None
+        try:
+            extrapolation = dumps_as_is(extrapolation_of(plan.grid, plan.template.system, found))
+        except ValueError:
+            return None
+        notes = self.engine._quality_of(plan, point) if template.quality else None
+        return True, template.fmt % (latency, '"extrapolated"', extrapolation, *texts,
+                                     "null" if notes is None else dumps_small(notes))
 
     def _refuse(self, plan: _Plan, cols: list[Any], text_cols: dict[int, list[str]], spent: np.ndarray,
                 refused: list[tuple[int, int, tuple[Any, ...]]], items: Sequence[Mapping[str, Any]],

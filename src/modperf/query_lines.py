@@ -5,9 +5,11 @@ written faster.
 equal share one resolved plan (the key :meth:`QueryEngine.query` caches plans by); each group's
 points go through the plan's grid in one vectorised lookup (:meth:`Grid.lookup_many`, the same
 latencies bit for bit as the scalar lookup), and each answer line is the plan's JSON text with
-the point's parts filled in. Everything else -- a line whose fields would not parse the simple
-way (a string or float where an integer goes, a missing axis), a plan that does not resolve,
-a lane table, a refused or extrapolated point -- is answered by the reference path,
+the point's parts filled in. A group's refused points get their nearest measured cells from
+one vectorised search and their error line from the plan's refusal text; an extrapolated
+point its scalar lookup written into the plan's text. Everything else -- a line whose fields
+would not parse the simple way (a string or float where an integer goes, a missing axis), a
+plan that does not resolve, a lane table -- is answered by the reference path,
 ``engine.query`` then the JSON writer, line by line; the text of a refused or extrapolated
 point is kept per (plan, point) for the batch, since it depends on nothing else.
 ``tests/test_query_lines.py`` checks the output against the reference byte for byte.

@@ -329,3 +329,40 @@ def test_sorted_unique_is_np_unique(values: list[int]) -> None:
     arr = np.asarray(values, dtype=np.int64)
     got = interp.sorted_unique(arr)
     assert got.dtype == np.unique(arr).dtype and got.tolist() == np.unique(arr).tolist()
+
+
+def test_many_points_find_the_nearest_measured_cells_and_distances_of_the_scalar_search(db) -> None:
+    """Random points of a real ragged grid, inside and beyond its range (a scalar axis, as a
+    batch's fixed heads, beside array axes): the vectorised search lists the scalar search's
+    nearest measured cells in its order, and the lookup spends the scalar lookup's distance
+    (finite or not) on every point."""
+    grid = db.queries.grid({"table": "mla_context_module", "system": "h200_sxm", "backend": "trtllm",
+                            "version": "1.3.0rc20", "model": "deepseek-ai/DeepSeek-V3", "tp_size": 8})
+    rng = np.random.default_rng(11)
+    n = 600
+    cols: list[np.ndarray | int] = []
+    for a, values in enumerate(grid.values):
+        lo, hi = int(values[0]), int(values[-1])
+        cols.append(int(values[len(values) // 2]) if a == grid.heads_pos else rng.integers(lo, 3 * hi + 2, n))
+    cells = grid.nearest_covered_many(cols)
+    _, kind, spent = grid.lookup_many_spent(cols)
+    assert cells.shape == (n, 3, len(grid.axes)) and cells.dtype == np.int64
+    finite = 0
+    for j in range(n):
+        point = [c if isinstance(c, int) else int(c[j]) for c in cols]
+        assert [dict(zip(grid.axes, c)) for c in cells[j].tolist()] == grid.nearest_covered(point)
+        one = grid.lookup(point)
+        assert kind[j] == one.kind
+        if one.kind == REFUSED:
+            assert math.isfinite(spent[j]) == math.isfinite(one.distance)
+            finite += math.isfinite(one.distance)
+        else:
+            assert spent[j] == one.distance or round(spent[j], 6) == round(one.distance, 6)
+    refused = int((kind == REFUSED).sum())
+    assert 0 < finite < refused  # both kinds of refusal: beyond the limit, and no measurement near
+    # fewer measured cells than asked for: every one, in the scalar search's order
+    small = make({(1, 16): 1.0, (2, 32): 2.0})
+    got = small.nearest_covered_many([np.array([1, 8, 3]), 64])
+    assert got.shape == (3, 2, 2)
+    for j, b in enumerate((1, 8, 3)):
+        assert [dict(zip(small.axes, c)) for c in got[j].tolist()] == small.nearest_covered([b, 64])

@@ -436,6 +436,13 @@ class Grid:
     def lookup_many(self, points: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         """Latencies and kind codes for arrays of points (one array or scalar per axis,
         broadcastable). Refused points get NaN and kind REFUSED; nothing raises."""
+        value, kind, _ = self.lookup_many_spent(points)
+        return value, kind
+
+    def lookup_many_spent(self, points: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`lookup_many` and the octaves each point spends outside the measured cells
+        (the scalar lookup's ``distance``: infinite where no measurement reaches; 0 for NaN
+        coordinates)."""
         arrays = [np.asarray(p) for p in points]
         n_shape = np.broadcast_shapes(*[x.shape for x in arrays])
         cols: list[np.ndarray | float] = []
@@ -446,10 +453,10 @@ class Grid:
                 cols.append(np.ravel(np.broadcast_to(x, n_shape)))
         n = math.prod(n_shape)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            value, kind = self._lookup_flat(cols, n)
-        return value.reshape(n_shape), kind.reshape(n_shape)
+            value, kind, spent = self._lookup_flat(cols, n)
+        return value.reshape(n_shape), kind.reshape(n_shape), spent.reshape(n_shape)
 
-    def _lookup_flat(self, cols: list[np.ndarray | float], n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _lookup_flat(self, cols: list[np.ndarray | float], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """In chunks: the working arrays of a chunk stay in cache and are recycled by the
         allocator (fresh arrays of a million points cost more in page faults than in
         arithmetic)."""
@@ -457,15 +464,16 @@ class Grid:
             return self._lookup_chunk(cols, n)
         value = np.empty(n)
         kind = np.empty(n, dtype=np.int8)
+        spent = np.empty(n)
         for lo in range(0, n, _CHUNK):
             hi = min(n, lo + _CHUNK)
             part = [c[lo:hi] if isinstance(c, np.ndarray) else c for c in cols]
-            value[lo:hi], kind[lo:hi] = self._lookup_chunk(part, hi - lo)
-        return value, kind
+            value[lo:hi], kind[lo:hi], spent[lo:hi] = self._lookup_chunk(part, hi - lo)
+        return value, kind, spent
 
-    def _lookup_chunk(self, cols: list[np.ndarray | float], n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _lookup_chunk(self, cols: list[np.ndarray | float], n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if n == 0:
-            return np.zeros(0), np.zeros(0, dtype=np.int8)
+            return np.zeros(0), np.zeros(0, dtype=np.int8), np.zeros(0)
         base: np.ndarray | int = 0
         lerp: list[tuple[int, int, np.ndarray | float]] = []  # (axis, padded stride, upper weight)
         clipped: list[np.ndarray | float] = list(cols)
@@ -487,7 +495,7 @@ class Grid:
             if not isinstance(x, np.ndarray):  # one value for every point
                 xf = float(x)
                 if math.isnan(xf):
-                    return np.full(n, np.nan), np.full(n, REFUSED, dtype=np.int8)
+                    return np.full(n, np.nan), np.full(n, REFUSED, dtype=np.int8), np.zeros(n)
                 xc = min(max(xf, lo), hi)
                 if xc != xf:
                     proj = proj + abs(octave(xf) - octave(xc))
@@ -612,7 +620,7 @@ class Grid:
         if refused is not None and refused.any():
             kind[refused] = REFUSED
             value[refused] = np.nan
-        return value, kind
+        return value, kind, total if total is not None else np.zeros(n)
 
     def _interval(self, a: int, x: np.ndarray) -> np.ndarray:
         """Index of the lattice value at or below every ``x`` (inside the axis's range)."""
@@ -645,15 +653,20 @@ class Grid:
     def ranges(self) -> dict[str, tuple[int, int]]:
         return {a: (int(v[0]), int(v[-1])) for a, v in zip(self.axes, self.values)}
 
-    def nearest_covered(self, point: Sequence[float], count: int = 3) -> list[dict[str, int]]:
-        """The measured lattice points closest to ``point`` (octave distance), for error messages."""
-        measured = self.__dict__.get("_measured_octaves")
-        if measured is None:  # every refusal asks: the measured cells' octaves, once per grid
+    def _measured_octaves(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The measured cells' flat indices and their octaves per axis (once per grid: every
+        refusal asks)."""
+        measured = self.__dict__.get("_measured_octaves_kept")
+        if measured is None:
             idx = np.flatnonzero(self.state.ravel() == MEASURED_CELL)
             sub = np.unravel_index(idx, self.shape)
             measured = (idx, [self.octaves[a][sub[a]] for a in range(len(self.shape))])
-            self.__dict__["_measured_octaves"] = measured
-        idx, octs = measured
+            self.__dict__["_measured_octaves_kept"] = measured
+        return measured
+
+    def nearest_covered(self, point: Sequence[float], count: int = 3) -> list[dict[str, int]]:
+        """The measured lattice points closest to ``point`` (octave distance), for error messages."""
+        idx, octs = self._measured_octaves()
         if idx.size == 0:
             return []
         d = np.zeros(idx.size)
@@ -672,6 +685,52 @@ class Grid:
             s = np.unravel_index(int(f), self.shape)
             out.append({a: int(self.values[i][s[i]]) for i, a in enumerate(self.axes)})
         return out
+
+    def nearest_covered_many(self, points: Sequence[np.ndarray | int], count: int = 3) -> np.ndarray:
+        """:meth:`nearest_covered` for many points at once (one array or int per axis): the
+        axis values of the nearest ``count`` measured cells, shape (points, found, axes) --
+        the same cells in the same order as the scalar search (distances summed in the same
+        order, ties by cell index)."""
+        idx, octs = self._measured_octaves()
+        n = max([p.size for p in points if isinstance(p, np.ndarray)], default=1)
+        k = min(count, idx.size)
+        found = np.empty((n, k), dtype=np.intp)
+        if k > 0:
+            # each distinct coordinate's octave by the scalar function, as the scalar search has it
+            # per axis: each point's octave (an array axis), or the distances of every cell
+            # (one value for every point: one row, added to every row)
+            terms: list[tuple[bool, np.ndarray]] = []
+            for a, p in enumerate(points):
+                if isinstance(p, np.ndarray):
+                    uniq, inverse = np.unique(p, return_inverse=True)
+                    terms.append((True, np.array([octave(float(x)) for x in uniq.tolist()])[inverse.ravel()]))
+                else:
+                    terms.append((False, np.abs(octs[a] - octave(float(p)))))
+            block = max(1, (1 << 18) // idx.size)
+            scratch = np.empty((block, idx.size))
+            for lo in range(0, n, block):
+                hi = min(n, lo + block)
+                d = np.zeros((hi - lo, idx.size))
+                part = scratch[:hi - lo]
+                for a, (per_point, term) in enumerate(terms):
+                    if per_point:
+                        np.subtract(octs[a][None, :], term[lo:hi, None], out=part)
+                        d += np.abs(part, out=part)
+                    else:
+                        d += term
+                if idx.size > k:
+                    # every cell at or below the k-th smallest distance of its row, ordered by
+                    # (row, distance, cell index); the first k of each row
+                    kth = np.partition(d, k - 1, axis=1)[:, k - 1]
+                    rows, cells = np.nonzero(d <= kth[:, None])
+                    order = np.lexsort((cells, d[rows, cells], rows))
+                    rows, cells = rows[order], cells[order]
+                    starts = np.searchsorted(rows, np.arange(hi - lo))
+                    found[lo:hi] = cells[starts[:, None] + np.arange(k)[None, :]]
+                else:
+                    found[lo:hi] = np.argsort(d, axis=1, kind="stable")[:, :k]
+        sub = np.unravel_index(idx[found], self.shape)
+        return np.stack([np.asarray(self.values[a])[sub[a]] for a in range(len(self.axes))], axis=-1).astype(np.int64)
 
 
 def _fit_curvature(x: np.ndarray, here: np.ndarray, p_i: np.ndarray, n_i: np.ndarray, y0: np.ndarray,

@@ -336,14 +336,7 @@ class QueryEngine:
                 raise E.OutOfCoverageError(f"{t.table}: point {dict(zip(grid.axes, point))} lies outside the "
                                            "measured grid's reach", values={"native": t.native})
             raise self._refusal(plan, point, found)
-        extrapolation = None
-        if found.distance > 0:
-            extrapolation = {
-                "distance_octaves": round(found.distance, 6), "limit_octaves": grid.limit,
-                "outside_axes": list(found.outside), "measured_range": grid.ranges(),
-                "model": "utilisation held against the roofline of " + gpu_spec(t.system).name
-                         + ("" if gpu_spec(t.system).from_file else " (default GPU: no spec file)"),
-            }
+        extrapolation = extrapolation_of(grid, t.system, found) if found.distance > 0 else None
         # a shallow copy of the template with the point's part set (dataclasses.replace, without
         # its per-field keyword round trip: a few microseconds of every answer)
         answer = object.__new__(Answer)
@@ -404,16 +397,8 @@ class QueryEngine:
 
     def _refusal(self, plan: _Plan, point: list[int], found: Lookup) -> E.OutOfCoverageError:
         grid = plan.grid
-        coords = dict(zip(grid.axes, point))
-        nearest = grid.nearest_covered(point)
-        where = "beyond the extrapolation limit" if math.isfinite(found.distance) else \
-            "in a region of the ragged grid no measurement reaches within the limit"
-        return E.OutOfCoverageError(
-            f"{plan.template.table}: point {coords} lies {where} "
-            f"({grid.limit:g} octave(s) of value+1 past the measured points)",
-            values={"native": plan.template.native, "measured_range": grid.ranges(),
-                    "nearest_measured": nearest[:3]},
-            fix="query inside the measured range (nearest measured points above), or collect the missing shapes")
+        return refusal_error(plan, dict(zip(grid.axes, point)), refusal_where(found.distance),
+                             grid.nearest_covered(point)[:3])
 
     def grid(self, fields: Mapping[str, Any]) -> Grid:
         """The grid that answers queries with these fields (the numeric axes and ``num_heads``,
@@ -886,6 +871,35 @@ class QueryEngine:
 #: Every interpolation axis any family declares: the numeric part of a query, left out of the
 #: plan cache key so that a sweep over shapes reuses one resolved plan.
 _AXIS_NAMES = frozenset(a for fam in registry().values() for spec in fam.tables for a in spec.axes)
+
+
+def extrapolation_of(grid: Grid, system: str, found: Lookup) -> dict[str, Any]:
+    """How far an extrapolated answer (a lookup that spent some distance) reached, as the
+    answer lists it."""
+    return {
+        "distance_octaves": round(found.distance, 6), "limit_octaves": grid.limit,
+        "outside_axes": list(found.outside), "measured_range": grid.ranges(),
+        "model": "utilisation held against the roofline of " + gpu_spec(system).name
+                 + ("" if gpu_spec(system).from_file else " (default GPU: no spec file)"),
+    }
+
+
+def refusal_where(distance: float) -> str:
+    """Where a refused point lies, by the distance its lookup spent."""
+    return "beyond the extrapolation limit" if math.isfinite(distance) else \
+        "in a region of the ragged grid no measurement reaches within the limit"
+
+
+def refusal_error(plan: _Plan, coords: Any, where: str, nearest: Any) -> E.OutOfCoverageError:
+    """The error refusing a point of ``plan`` (its axis values ``coords``, :func:`refusal_where`,
+    the nearest measured cells); modperf.query_lines makes a template of it with markers for
+    the three."""
+    grid = plan.grid
+    return E.OutOfCoverageError(
+        f"{plan.template.table}: point {coords} lies {where} "
+        f"({grid.limit:g} octave(s) of value+1 past the measured points)",
+        values={"native": plan.template.native, "measured_range": grid.ranges(), "nearest_measured": nearest},
+        fix="query inside the measured range (nearest measured points above), or collect the missing shapes")
 
 
 def _slot_of(t: Answer) -> tuple[str, str, str, str]:

@@ -5,9 +5,11 @@ written faster.
 equal share one resolved plan (the key :meth:`QueryEngine.query` caches plans by); each group's
 points go through the plan's grid in one vectorised lookup (:meth:`Grid.lookup_many`, the same
 latencies bit for bit as the scalar lookup), and each answer line is the plan's JSON text with
-the point's parts filled in. Everything else -- a line whose fields would not parse the simple
-way (a string or float where an integer goes, a missing axis), a plan that does not resolve,
-a lane table, a refused or extrapolated point -- is answered by the reference path,
+the point's parts filled in. A group's refused points get their nearest measured cells from
+one vectorised search and their error line from the plan's refusal text; an extrapolated
+point its scalar lookup written into the plan's text. Everything else -- a line whose fields
+would not parse the simple way (a string or float where an integer goes, a missing axis), a
+plan that does not resolve, a lane table -- is answered by the reference path,
 ``engine.query`` then the JSON writer, line by line; the text of a refused or extrapolated
 point is kept per (plan, point) for the batch, since it depends on nothing else.
 ``tests/test_query_lines.py`` checks the output against the reference byte for byte.
@@ -16,21 +18,25 @@ point is kept per (plan, point) for the batch, since it depends on nothing else.
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from . import errors as E
 from . import limits
 from .batch import error_line
 from .families.base import HEADS
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED
 from .jsonio import dumps, dumps_as_is, dumps_small
-from .query import _AXIS_NAMES, Answer, QueryEngine, _Plan
+from .query import _AXIS_NAMES, Answer, QueryEngine, _Plan, extrapolation_of, refusal_error, refusal_where
 
 #: Markers standing for the per-point parts while a plan's answer text is made.
 _MARK = "\x01modperf-point-part-{}\x01"
+#: Markers for the parts of a refusal (the error's text escapes control characters).
+_REFUSAL_MARK = "@modperf-refusal-part-{}@"
 _KIND_TEXT = {EXACT: '"exact"', INTERPOLATED: '"interpolated"', EXTRAPOLATED: "", REFUSED: ""}
 #: Plans with a template kept, and points whose slow answer text is kept, at most.
 _KEEP_PLANS = 4096
@@ -47,6 +53,17 @@ class _Template:
         self.fmt = fmt
         self.field_order = field_order  # positions in the point of the axis values, in text order
         self.quality = quality  # whether the plan's group has quality findings to look up
+
+
+class _Refusal:
+    """One plan's refusal line as a %-format: (the point's axis values as a dict's repr, where
+    it lies, the nearest measured cells as a list's repr, the same as JSON)."""
+
+    __slots__ = ("cell_fmt", "fmt")
+
+    def __init__(self, fmt: str, cell_fmt: str) -> None:
+        self.fmt = fmt
+        self.cell_fmt = cell_fmt  # one cell's axis values as a dict's repr
 
 
 class _Layout:
@@ -71,6 +88,7 @@ class LineAnswerer:
     def __init__(self, engine: QueryEngine) -> None:
         self.engine = engine
         self._templates: dict[int, tuple[_Plan, _Template | None]] = {}
+        self._refusals: dict[int, tuple[_Plan, _Refusal | None]] = {}
         self._slow: dict[tuple[Any, ...], tuple[bool, str]] = {}
         self._layouts: dict[tuple[str, ...], _Layout] = {}
 
@@ -167,7 +185,7 @@ class LineAnswerer:
         if not isinstance(columns, tuple):
             return
         cols, text_cols = columns
-        lat, kinds = plan.grid.lookup_many(cols)
+        lat, kinds, spent = plan.grid.lookup_many_spent(cols)
         kind_list = kinds.tolist()
         texts = [text_cols[j] for j in template.field_order]
         fmt = template.fmt
@@ -176,6 +194,7 @@ class LineAnswerer:
                                               itertools.repeat("null"), *texts, itertools.repeat("null"))]
         quality = template.quality
         slow = self._slow
+        refused: list[tuple[int, int, tuple[Any, ...]]] = []  # (position, line, memo key)
         for r, (i, kind, line) in enumerate(zip(rows, kind_list, lines)):
             if kind in (EXACT, INTERPOLATED):
                 if latencies[r][-1] in "nf":  # nan, inf: the reference path writes what it becomes
@@ -191,11 +210,114 @@ class LineAnswerer:
                 memo = (key, tuple([c if isinstance(c, int) else int(c[r]) for c in cols]))
                 found = slow.get(memo)
                 if found is None:
-                    found = self.reference(items[i])
+                    if kind == REFUSED:
+                        refused.append((r, i, memo))
+                        continue
+                    found = self._extrapolated(plan, template, list(memo[1]), [t[r] for t in texts])
+                    if found is None:
+                        found = self.reference(items[i])
                     if len(slow) >= _KEEP_POINTS:
                         slow.clear()
                     slow[memo] = found
                 out[i] = found
+        if refused:
+            self._refuse(plan, cols, text_cols, spent, refused, items, out)
+
+    def _extrapolated(self, plan: _Plan, template: _Template, point: list[int], texts: list[str]
+                      ) -> tuple[bool, str] | None:
+        """An extrapolated point's answer line: its scalar lookup written into the plan's
+        template; None where the reference path must write it (a non-finite number)."""
+        found = plan.grid.lookup(point)
+        latency = float.__repr__(found.latency_ms)
+        if found.kind != EXTRAPOLATED or latency[-1] in "nf":
+            return None
+        try:
+            extrapolation = dumps_as_is(extrapolation_of(plan.grid, plan.template.system, found))
+        except ValueError:
+            return None
+        notes = self.engine._quality_of(plan, point) if template.quality else None
+        return True, template.fmt % (latency, '"extrapolated"', extrapolation, *texts,
+                                     "null" if notes is None else dumps_small(notes))
+
+    def _refuse(self, plan: _Plan, cols: list[Any], text_cols: dict[int, list[str]], spent: np.ndarray,
+                refused: list[tuple[int, int, tuple[Any, ...]]], items: Sequence[Mapping[str, Any]],
+                out: list[tuple[bool, str] | None]) -> None:
+        """The refusal lines of a group's refused points (positions in the group, lines, memo
+        keys): the nearest measured cells of all of them in one search, each line the plan's
+        refusal text with the point's parts filled in."""
+        slow = self._slow
+        refusal = self._refusal(plan)
+        if refusal is None:
+            found_lines = [self.reference(items[i]) for _, i, _ in refused]
+        else:
+            at = np.array([r for r, _, _ in refused], dtype=np.intp)
+            nearest = plan.grid.nearest_covered_many([c if isinstance(c, int) else c[at] for c in cols]).tolist()
+            local = repr(plan.local)
+            axis_texts = [[local] * len(refused) if j not in text_cols else [text_cols[j][r] for r, _, _ in refused]
+                          for j in range(len(cols))]
+            cell_fmt, fmt = refusal.cell_fmt, refusal.fmt
+            finite = np.isfinite(spent[at]).tolist()
+            wheres = (refusal_where(math.inf), refusal_where(0.0))
+            found_lines = []
+            for n, (cells, parts) in enumerate(zip(nearest, zip(*axis_texts))):
+                near = "[" + ", ".join([cell_fmt % tuple(c) for c in cells]) + "]"
+                found_lines.append((False, fmt % (cell_fmt % parts, wheres[finite[n]], near, near.replace("'", '"'))))
+        if len(slow) + len(refused) >= _KEEP_POINTS:
+            slow.clear()
+        for (_, i, memo), found in zip(refused, found_lines):
+            slow[memo] = found
+            out[i] = found
+
+    def _refusal(self, plan: _Plan) -> _Refusal | None:
+        kept = self._refusals.get(id(plan))
+        if kept is not None and kept[0] is plan:
+            return kept[1]
+        refusal = self._make_refusal(plan)
+        if len(self._refusals) >= _KEEP_PLANS:
+            self._refusals.clear()
+        self._refusals[id(plan)] = (plan, refusal)  # the plan is held: its id is not reused
+        return refusal
+
+    @staticmethod
+    def _make_refusal(plan: _Plan) -> _Refusal | None:
+        """The plan's refusal line as :func:`modperf.query.refusal_error` and the error line's
+        writer make it, with markers where the point's parts go; None where that text cannot be
+        trusted: an axis name that is not a plain identifier (its repr and JSON would differ
+        by more than the quotes), a message long enough to be cut, a marker the plan's own
+        text holds."""
+        axes = plan.grid.axes
+        if not all(a.isidentifier() and a.isascii() for a in axes):
+            return None
+        marks = [_REFUSAL_MARK.format(k) for k in range(3)]
+
+        class _Text:  # a part written as is by str() and, through E._plain, by the values
+            def __init__(self, text: str) -> None:
+                self.text = text
+
+            def __str__(self) -> str:
+                return self.text
+
+        exc = refusal_error(plan, _Text(marks[0]), marks[1], _Text(marks[2]))
+        # the longest point and nearest text stays far from the cut (E.MAX_TEXT)
+        if len(exc.detail) + 100 * len(axes) + 200 > E.MAX_TEXT:
+            return None
+        text = dumps(error_line(exc))
+        tokens = [marks[0], marks[1], f"'{marks[2]}'", f'"{marks[2]}"']
+        if any(text.count(m) != c for m, c in zip(marks, (1, 1, 2))) or any(text.count(t) != 1 for t in tokens):
+            return None
+        positions = [text.index(t) for t in tokens]
+        order = sorted(range(len(tokens)), key=positions.__getitem__)
+        if order != [0, 1, 2, 3]:
+            return None
+        pieces = []
+        last = 0
+        for k in order:
+            pieces.append(text[last:positions[k]].replace("%", "%%"))
+            pieces.append("%s")
+            last = positions[k] + len(tokens[k])
+        pieces.append(text[last:].replace("%", "%%"))
+        cell_fmt = "{" + ", ".join(f"'{a}': %s" for a in axes) + "}"
+        return _Refusal("".join(pieces), cell_fmt)
 
     def _template(self, plan: _Plan) -> _Template | None:
         kept = self._templates.get(id(plan))

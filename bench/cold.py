@@ -45,13 +45,13 @@ import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent))
 
 from aiconfigurator_side import NotDrivable, point_query  # noqa: E402
+from tests.helpers import point_fields  # noqa: E402
 
 import modperf  # noqa: E402
-from modperf.buckets import NATIVE  # noqa: E402
 from modperf.families import model_head_axis_tables  # noqa: E402
-from modperf.families.base import HEADS, TP, Tier  # noqa: E402
 
 SYSTEM = "h200_sxm"
 FAMILIES = [
@@ -78,9 +78,7 @@ def question(db: modperf.Database, ref: modperf.TableRef) -> tuple[dict[str, Any
     tool cannot be asked about the table. The point is a measured one that modperf answers
     exactly (the first such of the first buckets)."""
     keyed = db.load(ref)
-    derived = {NATIVE, "local_num_heads", HEADS, TP}
     for b in range(min(keyed.n_buckets, 50)):
-        key = dict(zip(keyed.key_names, keyed.bucket_keys[b]))
         p = int(keyed.offsets[b])
         try:
             tool = point_query(keyed, db, b, p)
@@ -88,17 +86,7 @@ def question(db: modperf.Database, ref: modperf.TableRef) -> tuple[dict[str, Any
             return None
         except Exception:
             continue
-        fields: dict[str, Any] = {"table": ref.table, "system": ref.system, "backend": ref.backend,
-                                  "version": ref.version}
-        fields.update({k: v for k, v in key.items() if k not in derived})
-        fields.update({a: int(keyed.axes[a][p]) for a in keyed.spec.axes})
-        local = int(keyed.bucket_local[b])
-        if keyed.family.tier is Tier.NATIVE:
-            fields.update(native_heads=int(key[HEADS]), tp_size=int(key[TP]))
-        elif keyed.family.tier is Tier.NATIVE_LOCAL:
-            fields.update(native_heads=int(key[NATIVE]), num_heads=local)
-        elif keyed.spec.head_axis:
-            fields["num_heads"] = local
+        fields = point_fields(keyed, b, p)
         try:
             if db.answer(fields, quality=False).kind == "exact":
                 return fields, tool

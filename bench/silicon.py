@@ -54,7 +54,7 @@ import numpy as np
 import modperf
 from modperf import errors as E
 from modperf.predict import Priced, deployment_from_row, price, solve
-from modperf.serving import Constants, DisaggConstants
+from modperf.serving import Constants
 from modperf.silicon import question, silicon_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -153,40 +153,55 @@ def _loss(rows, priced, make) -> float:
     return float(np.mean(errs))
 
 
-def fit(rows, priced) -> tuple[dict[str, Constants], DisaggConstants, dict[str, int]]:
-    from scipy.optimize import minimize
-
+def calibration_rows(rows, priced, mode: str | None = None) -> list[dict[str, Any]]:
+    """The calibration rows the constants may be fitted on: priced, of ``mode`` when given, and
+    one measurement re-exported under several ids counted once."""
     calib, seen = [], set()
-    for r in rows:  # calibration only; one measurement re-exported under several ids counts once
+    for r in rows:
         pair = (r["silicon_ttft_ms"], r["silicon_tpot_ms"])
-        if r["split"] != "calib" or pair in seen or not isinstance(priced[r["id"]], Priced):
+        if r["split"] != "calib" or (mode and r["mode"] != mode) or pair in seen \
+                or not isinstance(priced[r["id"]], Priced):
             continue
         seen.add(pair)
         calib.append(r)
+    return calib
+
+
+def bounded(x) -> Constants:
+    """Constants from an optimiser's vector, inside their bounds: s in [0.3, 3], tau0 in
+    [0, 1000] ms, kappa in [0, 1]; a fifth value is steps_waited in [0.5, 10]."""
+    s_pre, s_dec, tau0, kappa, *rest = (float(v) for v in x)
+    return Constants(min(max(s_pre, 0.3), 3.0), min(max(s_dec, 0.3), 3.0), min(max(tau0, 0.0), 1000.0),
+                     min(max(kappa, 0.0), 1.0), *(min(max(v, 0.5), 10.0) for v in rest))
+
+
+def fit_group(group, priced, x0: list[float]) -> Constants:
+    """Nelder-Mead on the mean |log error| of TTFT plus TPOT over ``group``."""
+    from scipy.optimize import minimize
+
+    res = minimize(lambda x: _loss(group, priced, bounded(x)), x0=x0, method="Nelder-Mead",
+                   options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-5})
+    return bounded(res.x)
+
+
+def fit(rows, priced) -> tuple[dict[str, Constants], Constants, dict[str, int]]:
+    calib = calibration_rows(rows, priced)
     counts: dict[str, int] = {}
 
-    def bounded(x) -> tuple[float, ...]:
-        s_pre, s_dec, tau0, kappa, *rest = (float(v) for v in x)
-        out = (min(max(s_pre, 0.3), 3.0), min(max(s_dec, 0.3), 3.0), min(max(tau0, 0.0), 1000.0),
-               min(max(kappa, 0.0), 1.0))
-        return out + tuple(min(max(v, 0.5), 10.0) for v in rest)
+    def rounded(c: Constants) -> Constants:
+        return Constants(*(round(float(v), 4) for v in (c.s_pre, c.s_dec, c.tau0_ms, c.kappa)))
 
     agg: dict[str, Constants] = {}
     for backend in sorted({r["backend"] for r in calib if r["mode"] == "agg"}):
         group = [r for r in calib if r["mode"] == "agg" and r["backend"] == backend]
         counts[f"agg {backend}"] = len(group)
-        res = minimize(lambda x: _loss(group, priced, Constants(*bounded(x))), x0=[1.0, 1.0, 100.0, 0.3],
-                       method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-5})
-        agg[backend] = Constants(*(round(float(v), 4) for v in bounded(res.x)))
+        agg[backend] = rounded(fit_group(group, priced, [1.0, 1.0, 100.0, 0.3]))
     group = [r for r in calib if r["mode"] == "disagg"]
     counts["disagg"] = len(group)
-    res = minimize(lambda x: _loss(group, priced, DisaggConstants(*bounded(x))), x0=[1.0, 1.0, 200.0, 0.3],
-                   method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-5})
-    disagg = DisaggConstants(*(round(float(v), 4) for v in bounded(res.x)))
-    return agg, disagg, counts
+    return agg, rounded(fit_group(group, priced, [1.0, 1.0, 200.0, 0.3])), counts
 
 
-def write_constants(agg: dict[str, Constants], disagg: DisaggConstants, counts: dict[str, int]) -> None:
+def write_constants(agg: dict[str, Constants], disagg: Constants, counts: dict[str, int]) -> None:
     stamp = time.strftime("%Y-%m-%d")
     lines = [
         '"""The serving model\'s fitted constants (docs/serving.md lists each with its value).',
@@ -197,7 +212,7 @@ def write_constants(agg: dict[str, Constants], disagg: DisaggConstants, counts: 
         "",
         "from __future__ import annotations",
         "",
-        "from .serving import Constants, DisaggConstants",
+        "from .serving import Constants",
         "",
         "AGG: dict[str, Constants] = {",
     ]
@@ -205,7 +220,7 @@ def write_constants(agg: dict[str, Constants], disagg: DisaggConstants, counts: 
         lines.append(f'    "{backend}": Constants(s_pre={c.s_pre}, s_dec={c.s_dec}, tau0_ms={c.tau0_ms}, '
                      f"kappa={c.kappa}),")
     lines.append("}")
-    lines.append(f"DISAGG: DisaggConstants | None = DisaggConstants(s_pre={disagg.s_pre}, s_dec={disagg.s_dec}, "
+    lines.append(f"DISAGG: Constants | None = Constants(s_pre={disagg.s_pre}, s_dec={disagg.s_dec}, "
                  f"tau0_ms={disagg.tau0_ms}, kappa={disagg.kappa})")
     agg_rows = ", ".join(f"{k.split()[1]} {v}" for k, v in counts.items() if k.startswith("agg"))
     lines.append("PROVENANCE: dict[str, str] = {")
@@ -222,27 +237,12 @@ def cross_validate(rows, priced, db, folds: int = 4) -> None:
     system x backend): the evidence for the serving model's form choices (docs/serving.md)."""
     import random
 
-    from scipy.optimize import minimize
-
     from modperf.predict import ffn_has_moe
 
-    calib, seen = [], set()
-    for r in rows:
-        pair = (r["silicon_ttft_ms"], r["silicon_tpot_ms"])
-        if r["split"] != "calib" or r["mode"] != "agg" or pair in seen or not isinstance(priced[r["id"]], Priced):
-            continue
-        seen.add(pair)
-        calib.append(r)
+    calib = calibration_rows(rows, priced, "agg")
     moe = {m: ffn_has_moe(db.models.get(m)) for m in {r["model_path"] for r in calib}}
     groups = sorted({(r["model_path"], r["system"], r["backend"]) for r in calib})
     random.Random(0).shuffle(groups)
-
-    def constants(x, free_steps: bool) -> Constants:
-        s_pre, s_dec, tau0, kappa = (float(v) for v in x[:4])
-        steps = min(max(float(x[4]), 0.5), 10.0) if free_steps else 0.5
-        return Constants(min(max(s_pre, 0.3), 3.0), min(max(s_dec, 0.3), 3.0), min(max(tau0, 0.0), 1000.0),
-                         min(max(kappa, 0.0), 1.0), steps)
-
     forms = {"per backend (kept)": (lambda r: r["backend"], False),
              "per backend x {dense, MoE}": (lambda r: (r["backend"], moe[r["model_path"]]), False),
              "per backend, steps_waited fitted": (lambda r: r["backend"], True)}
@@ -252,13 +252,8 @@ def cross_validate(rows, priced, db, folds: int = 4) -> None:
         for k in range(folds):
             held = {g for i, g in enumerate(groups) if i % folds == k}
             train = [r for r in calib if (r["model_path"], r["system"], r["backend"]) not in held]
-            fitted = {}
-            for kk in {key(r) for r in train}:
-                part = [r for r in train if key(r) == kk]
-                x0 = [1.0, 1.0, 100.0, 0.3] + ([0.5] if free_steps else [])
-                res = minimize(lambda x, part=part: _loss(part, priced, constants(x, free_steps)), x0=x0,
-                               method="Nelder-Mead", options={"maxiter": 300, "xatol": 1e-3, "fatol": 1e-5})
-                fitted[kk] = constants(res.x, free_steps)
+            x0 = [1.0, 1.0, 100.0, 0.3] + ([0.5] if free_steps else [])
+            fitted = {kk: fit_group([r for r in train if key(r) == kk], priced, x0) for kk in {key(r) for r in train}}
             for r in calib:
                 if (r["model_path"], r["system"], r["backend"]) in held:
                     c = fitted.get(key(r)) or next((v for kk, v in fitted.items() if r["backend"] in str(kk)),
@@ -383,11 +378,11 @@ def main() -> int:
         print(f"fitted on calibration rows {counts}; wrote {CONSTANTS_FILE}")
         constants = {"agg": agg, "disagg": disagg}
     elif args.physics_only:
-        constants = {"agg": {}, "disagg": DisaggConstants()}
+        constants = {"agg": {}, "disagg": Constants()}
     else:
         from modperf import serving_constants as sc
 
-        constants = {"agg": sc.AGG, "disagg": sc.DISAGG or DisaggConstants()}
+        constants = {"agg": sc.AGG, "disagg": sc.DISAGG or Constants()}
     for backend, c in sorted(constants["agg"].items()):
         print(f"  agg {backend}: {c}")
     print(f"  disagg: {constants['disagg']}")
@@ -412,7 +407,7 @@ def main() -> int:
     if args.tool:
         from modperf import serving_constants as sc
 
-        fitted = {"agg": sc.AGG, "disagg": sc.DISAGG or DisaggConstants()}
+        fitted = {"agg": sc.AGG, "disagg": sc.DISAGG or Constants()}
         return versus_tool(args, sample, priced, predictions(sample, priced, fitted))
     return 0
 

@@ -12,7 +12,6 @@ from modperf.serving import (
     BACKENDS,
     AggInputs,
     Constants,
-    DisaggConstants,
     DisaggInputs,
     aggregated,
     chunk_tokens,
@@ -88,13 +87,13 @@ def test_requests_beyond_the_kv_cache_wait_for_admission() -> None:
 def test_disaggregated_by_hand() -> None:
     x = DisaggInputs(concurrency=4, isl=1000, osl=11, prefill_ranks=2, prefill_one_ms=100.0,
                      prefill_packed_ms=100.0, packed=1, decode_ms=12.0, kv_transfer_ms=3.0)
-    out = disaggregated(x, DisaggConstants(s_pre=1.0, s_dec=1.0, tau0_ms=50.0, kappa=0.5))
+    out = disaggregated(x, Constants(s_pre=1.0, s_dec=1.0, tau0_ms=50.0, kappa=0.5))
     assert out.tpot_ms == 12.0
     # 4 users over 2 prefill ranks: 2 each, a wave of (2 - 1) / 2 prefills at kappa 0.5
     assert out.ttft_ms == pytest.approx(50.0 + 100.0 + 3.0 + 0.5 * 0.5 * 100.0)
     assert out.detail["capacity_bound"] is False
     # the prefill pool's capacity: 800 users need 400 prefills of 100 ms per rank per cycle
-    busy = disaggregated(DisaggInputs(800, 1000, 11, 2, 100.0, 100.0, 1, 12.0, 3.0), DisaggConstants())
+    busy = disaggregated(DisaggInputs(800, 1000, 11, 2, 100.0, 100.0, 1, 12.0, 3.0), Constants())
     assert busy.detail["capacity_bound"] is True
     assert busy.ttft_ms == pytest.approx(800 * 100.0 / 2 - 10 * 12.0)
 

@@ -27,6 +27,7 @@ from . import limits
 from .deployment import divisors, local_kv_heads, validate_tps
 from .estimate import COMPOSED_MLA_TABLES, DTYPE_COLUMNS, GEMM_TABLE, _choose_versions, _composes, _slot_tables
 from .families import registry as family_registry
+from .families.custom_allreduce import bus_factor
 from .layers import AttentionLayer, FfnLayer, ffn_schedule, layer_schedule
 from .resolve import layer_kinds
 from .roofline import GpuSpec, gpu_spec
@@ -533,17 +534,13 @@ class _Pricer:
         backend = kw.get("backend") or self.plan.backend
         try:
             a = self.ask(table, fields, **kw)
-        except E.OutOfCoverageError as exc:
-            split = self._split(table, fields, exc, kw)
+        except _MISS as exc:
+            split = self._split(table, fields, exc, kw) if isinstance(exc, E.OutOfCoverageError) else None
             if split is not None:
                 latency, kind, parts, axis, got = split
                 shape = {**dict(fields), "split": f"{parts} x {axis}"}
                 self.ops.append(OpCost(name, component, table, got, kind, latency, count, shape, None, backend))
                 return
-            self.ops.append(OpCost(name, component, table, kw.get("version") or self.plan.versions.get(table),
-                                   NOT_COVERED, None, count, dict(fields), _reason(exc), backend))
-            return
-        except _MISS as exc:
             version = kw.get("version") or self.plan.versions.get(table)
             self.ops.append(OpCost(name, component, table, version, NOT_COVERED, None, count, dict(fields),
                                    _reason(exc), backend))
@@ -800,16 +797,15 @@ class _Pricer:
                 self.op(f"{name} {phase}", "communication", count, table, {**fields, "sms": 0}, prefer=prefer,
                         kernel_class=cls)
             if self.ops[-1].ms is None:
-                self._gather_scatter(name, phase, count, block, tokens, self.ops.pop())
+                self._gather_scatter(name, phase, count, block, per_rank, self.ops.pop())
 
-    def _gather_scatter(self, name: str, phase: str, count: int, block: FfnLayer, tokens: int,
+    def _gather_scatter(self, name: str, phase: str, count: int, block: FfnLayer, per_rank: int,
                         missed: OpCost) -> None:
         """Dispatch / combine where the all-to-all table has no bucket for this group: an NCCL
         all-to-all over the EP group in which each rank sends its tokens to their top-k
         experts' ranks (``tokens per rank x min(topk, ep) x hidden`` elements), from the
         system's NCCL table; the op says so."""
         par = self.plan.parallel
-        per_rank = -(-tokens * par.attention_dp // (par.moe_tp_size * par.moe_ep))
         before = len(self.ops)
         self.collective(f"{name} {phase} (nccl alltoall: {missed.table} has no bucket)", count, "alltoall",
                         per_rank * min(block.topk, par.moe_ep) * block.hidden, par.moe_ep)
@@ -857,8 +853,8 @@ class _Pricer:
         plan, gpu = self.plan, self.plan.gpu
         nbytes = 2.0 * elements  # bfloat16 activations
 
-        def share(n: int) -> float:
-            return 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+        def share(n: int) -> float:  # bytes each rank moves per byte of the message
+            return float(bus_factor(op, n))
 
         for group in (g for g in (64, 32, 16, 8, 4, 2) if g < gpus):
             try:

@@ -26,7 +26,6 @@ from .roofline import bytes_of, gpu_spec
 from .serving import (
     AggInputs,
     Constants,
-    DisaggConstants,
     DisaggInputs,
     aggregated,
     backend_of,
@@ -122,14 +121,15 @@ class Deployment:
 # --- parsing ------------------------------------------------------------------------------------
 
 
-def _present(row: Mapping[str, Any], name: str) -> bool:
+def present(row: Mapping[str, Any], name: str) -> bool:
+    """Whether a deployment field is given: an empty string, None or NaN (the CSV's empty cells) is not."""
     value = row.get(name)
     return not (value is None or value == "" or (isinstance(value, float) and math.isnan(value)))
 
 
 def _int(row: Mapping[str, Any], name: str, rng: limits.Range, default: int | None = None,
          zero_is_missing: bool = False) -> int | None:
-    if not _present(row, name):
+    if not present(row, name):
         return default
     value = row[name]
     if zero_is_missing and value in (0, 0.0, "0"):
@@ -138,7 +138,7 @@ def _int(row: Mapping[str, Any], name: str, rng: limits.Range, default: int | No
 
 
 def _str(row: Mapping[str, Any], name: str) -> str | None:
-    if not _present(row, name):
+    if not present(row, name):
         return None
     value = row[name]
     if not isinstance(value, str):
@@ -182,7 +182,7 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
         raise E.QueryFieldError(f"unknown field(s) {', '.join(map(E.quote, unknown[:8]))}",
                                 values={"unknown": unknown[:8]},
                                 fix="fields are the columns of silicon_sample.csv (docs/serving.md)")
-    missing = [f for f in ("model_path", "system", "backend", "mode", "isl", "osl") if not _present(row, f)]
+    missing = [f for f in ("model_path", "system", "backend", "mode", "isl", "osl") if not present(row, f)]
     if missing:
         raise E.QueryFieldError(f"missing field(s) {', '.join(missing)}", values={"missing": missing},
                                 fix="a deployment names model_path, system, backend, mode, isl and osl")
@@ -199,7 +199,7 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
         gemm_quant=_dtype(_str(row, "gemm_quant_mode")), moe_quant=_dtype(_str(row, "moe_quant_mode")))
     if mode == "agg":
         return Deployment(**common, pool=_pool(row, "", need_batch=True))
-    absent = [f for f in ("prefill_num_workers", "decode_num_workers", "decode_batch_size") if not _present(row, f)]
+    absent = [f for f in ("prefill_num_workers", "decode_num_workers", "decode_batch_size") if not present(row, f)]
     if absent:
         raise E.QueryFieldError(
             f"a disaggregated deployment needs {', '.join(absent)}: without worker counts and the decode batch "
@@ -216,13 +216,8 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
 
 
 def bits(dtype: str | None) -> int:
-    """Weight width of a dtype name (4, 8 or 16 bits)."""
-    d = (dtype or "bfloat16").lower()
-    if "fp4" in d or "int4" in d or d.startswith("w4"):
-        return 4
-    if "fp8" in d or "int8" in d:
-        return 8
-    return 16
+    """Weight width of a dtype name (4, 8 or 16 bits): the roofline's bytes per element."""
+    return int(8 * bytes_of(dtype))
 
 
 def served_dtypes(own_gemm: str | None, own_moe: str | None, gemm: str | None, moe: str | None
@@ -367,9 +362,10 @@ class Prediction:
 class _Steps:
     """Prices the engine steps of one pool and keeps their provenance."""
 
-    def __init__(self, db: Database, dep: Deployment, model: str, pool: Pool, version: str | None) -> None:
+    def __init__(self, db: Database, dep: Deployment, model: str, pool: Pool, version: str | None,
+                 has_moe: bool) -> None:
         self.db, self.dep, self.model, self.pool, self.version = db, dep, model, pool, version
-        self.parallel = pool.parallel(ffn_has_moe(db.models.get(model)))
+        self.parallel = pool.parallel(has_moe)
         self.kinds: Counter[str] = Counter()
         self.versions: dict[str, str] = {}
         self.notes: list[str] = []
@@ -403,26 +399,25 @@ def _version_for(db: Database, dep: Deployment, notes: list[str]) -> str | None:
     """The deployment's backend version where the corpus holds that version's GEMM table for the
     system (then the other tables come from the nearest version holding them); otherwise None
     (each table takes the newest version held), said in a note. A version that holds only a
-    scattered family (a MoE or communication sweep) does not anchor the step."""
+    scattered family (a MoE or communication sweep) does not anchor the step. A system and
+    backend the corpus holds nothing of is an UnknownTableError naming the nearest."""
+    slots = [r for r in db.store.catalog.slots if r.system == dep.system and r.backend == dep.backend]
+    if not slots:
+        raise db.store.unknown_slot(dep.system, dep.backend, "(any version)", "gemm")
     if dep.version is None:
         return None
-    held = {r.version for r in db.store.catalog.slots
-            if r.system == dep.system and r.backend == dep.backend and r.table == "gemm"}
-    if dep.version in held:
+    if dep.version in {r.version for r in slots if r.table == "gemm"}:
         return dep.version
     notes.append(f"backend version {dep.version} has no GEMM table for {dep.system} {dep.backend} in the corpus: "
                  "each table takes the newest version held (provenance.versions)")
     return None
 
 
-def constants_for(dep: Deployment, fitted: bool = True) -> tuple[Constants | DisaggConstants, str]:
+def constants_for(dep: Deployment, fitted: bool = True) -> tuple[Constants, str]:
     """The fitted constants of the deployment's backend and mode (modperf.serving_constants),
     or the physics-only ones where none are fitted or ``fitted`` is False."""
-    if dep.mode == "agg":
-        c = AGG.get(dep.backend) if fitted else None
-        return (c, PROVENANCE["agg"]) if c is not None else (Constants(), "physics only: no fitted constants")
-    d = DISAGG if fitted else None
-    return (d, PROVENANCE["disagg"]) if d is not None else (DisaggConstants(), "physics only: no fitted constants")
+    c = (AGG.get(dep.backend) if dep.mode == "agg" else DISAGG) if fitted else None
+    return (c, PROVENANCE[dep.mode]) if c is not None else (Constants(), "physics only: no fitted constants")
 
 
 @dataclass
@@ -447,10 +442,9 @@ def price(db: Database, dep: Deployment) -> Priced:
     or system)."""
     notes: list[str] = []
     backend = backend_of(dep.backend)
-    if not any(r.system == dep.system and r.backend == dep.backend for r in db.store.catalog.slots):
-        raise db.store.unknown_slot(dep.system, dep.backend, "(any version)", "gemm")
-    config = served_model(db, dep, notes)
     version = _version_for(db, dep, notes)
+    config = served_model(db, dep, notes)
+    has_moe = ffn_has_moe(config)
     memory = system_memory(dep.system)
     chunk = chunk_tokens(backend, memory.capacity)
     kv_mean = mean_kv(dep.isl, dep.osl)
@@ -458,7 +452,7 @@ def price(db: Database, dep: Deployment) -> Priced:
     if dep.mode == "agg":
         pool = dep.pool
         assert pool is not None and pool.batch is not None
-        priced = _Steps(db, dep, config.model_id, pool, version)
+        priced = _Steps(db, dep, config.model_id, pool, version, has_moe)
         weights = weight_bytes_per_gpu(config, pool)
         budget = kv_budget_bytes(backend, mem_capacity=memory.capacity, weights=weights, other=memory.other,
                                  chunk=chunk, gpus=pool.tp)
@@ -505,8 +499,8 @@ def price(db: Database, dep: Deployment) -> Priced:
         return Priced(dep, inputs, steps, memory_doc, pool.batch * pool.attention_dp, pool.gpus_per_worker,
                       priced.kinds, priced.versions, notes + priced.notes)
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
-    pre = _Steps(db, dep, config.model_id, dep.prefill, version)
-    dec = _Steps(db, dep, config.model_id, dep.decode, version)
+    pre = _Steps(db, dep, config.model_id, dep.prefill, version, has_moe)
+    dec = _Steps(db, dep, config.model_id, dep.decode, version, has_moe)
     batch = dep.prefill.batch or 1
     packed = packed_requests(batch, dep.isl, chunk) if dep.isl <= chunk else 1
     one = pre.prefill_one(dep.isl, chunk)
@@ -530,14 +524,13 @@ def price(db: Database, dep: Deployment) -> Priced:
                   {**pre.versions, **dec.versions}, notes + pre.notes + dec.notes)
 
 
-def solve(priced: Priced, constants: Constants | DisaggConstants, source: str) -> Prediction:
+def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
     """The serving model on priced steps (modperf.serving)."""
     dep = priced.deployment
     if isinstance(priced.inputs, AggInputs):
-        times = aggregated(priced.inputs, constants if isinstance(constants, Constants) else Constants())
+        times = aggregated(priced.inputs, constants)
     else:
-        times = disaggregated(priced.inputs,
-                              constants if isinstance(constants, DisaggConstants) else DisaggConstants())
+        times = disaggregated(priced.inputs, constants)
     cycle_ms = times.ttft_ms + (dep.osl - 1) * times.tpot_ms
     per_gpu = priced.concurrency * dep.osl / cycle_ms * 1000.0 / priced.gpus
     serving = {**times.detail, "constants": {"source": source, **vars(constants)}, "memory": priced.memory,

@@ -43,6 +43,19 @@ _KEEP_PLANS = 4096
 _KEEP_POINTS = 1 << 16
 
 
+def _kept(store: dict[int, tuple[Any, Any]], plan: _Plan, make: Callable[[_Plan], Any]) -> Any:
+    """What ``make(plan)`` gives, made once per plan (by identity; the plan is held, so its id
+    is not reused) and kept for at most ``_KEEP_PLANS`` plans."""
+    kept = store.get(id(plan))
+    if kept is not None and kept[0] is plan:
+        return kept[1]
+    made = make(plan)
+    if len(store) >= _KEEP_PLANS:
+        store.clear()
+    store[id(plan)] = (plan, made)
+    return made
+
+
 class _Template:
     """One plan's answer text as a %-format: (latency, kind, extrapolation, the axis values
     in the order the answer's fields list them, quality)."""
@@ -269,14 +282,7 @@ class LineAnswerer:
             out[i] = found
 
     def _refusal(self, plan: _Plan) -> _Refusal | None:
-        kept = self._refusals.get(id(plan))
-        if kept is not None and kept[0] is plan:
-            return kept[1]
-        refusal = self._make_refusal(plan)
-        if len(self._refusals) >= _KEEP_PLANS:
-            self._refusals.clear()
-        self._refusals[id(plan)] = (plan, refusal)  # the plan is held: its id is not reused
-        return refusal
+        return _kept(self._refusals, plan, self._make_refusal)
 
     @staticmethod
     def _make_refusal(plan: _Plan) -> _Refusal | None:
@@ -320,14 +326,7 @@ class LineAnswerer:
         return _Refusal("".join(pieces), cell_fmt)
 
     def _template(self, plan: _Plan) -> _Template | None:
-        kept = self._templates.get(id(plan))
-        if kept is not None and kept[0] is plan:
-            return kept[1]
-        template = self._make_template(plan)
-        if len(self._templates) >= _KEEP_PLANS:
-            self._templates.clear()
-        self._templates[id(plan)] = (plan, template)  # the plan is held: its id is not reused
-        return template
+        return _kept(self._templates, plan, self._make_template)
 
     def _make_template(self, plan: _Plan) -> _Template | None:
         """The plan's answer as ``to_dict`` gives it and the JSON writer writes it, with markers

@@ -63,6 +63,10 @@ class GpuSpec:
     mem_latency: float = 0.0
     #: The NCCL release the system runs (``misc.nccl_version``): the slot of its collective tables.
     nccl_version: str | None = None
+    #: One GPU's memory (``gpu.mem_capacity``) and the reserve the file keeps for activations,
+    #: CUDA graphs and NCCL (``misc.other_mem``), in bytes; 0 where the file does not say.
+    mem_capacity: float = 0.0
+    other_mem: float = 0.0
 
     def memory_ms(self, nbytes: float) -> float:
         """Element-wise roofline: one kernel moving ``nbytes`` through HBM, in ms."""
@@ -126,7 +130,8 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
                    int(nd["num_gpus_per_node"]), float(nd["intra_node_bw"]), float(nd["inter_node_bw"]),
                    float(nd["p2p_latency"]), _positive(data.get("mem_bw_empirical_scaling_factor"), 1.0),
                    _positive(data.get("mem_empirical_constant_latency"), 0.0),
-                   str(misc["nccl_version"]) if misc.get("nccl_version") is not None else None)
+                   str(misc["nccl_version"]) if misc.get("nccl_version") is not None else None,
+                   _positive(data.get("mem_capacity"), 0.0), _positive(misc.get("other_mem"), 0.0))
 
 
 def _positive(value: Any, default: float) -> float:

@@ -21,15 +21,11 @@ Backend defaults that are not fitted (chunk sizes, memory fractions, scheduler k
 
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import errors as E
+from .roofline import gpu_spec
 
 GiB = 2**30
 MiB = 2**20
@@ -110,8 +106,6 @@ class Constants:
     #: rows' cross-validation (docs/serving.md, "Form choices").
     steps_waited: float = 0.5
 
-
-PHYSICS_ONLY = Constants()
 
 
 @dataclass
@@ -210,15 +204,9 @@ class DisaggInputs:
     kv_transfer_ms: float
 
 
-@dataclass(frozen=True)
-class DisaggConstants:
-    s_pre: float = 1.0
-    s_dec: float = 1.0
-    tau0_ms: float = 0.0
-    kappa: float = 0.0
-
-
-def disaggregated(x: DisaggInputs, c: DisaggConstants) -> ServingTimes:
+def disaggregated(x: DisaggInputs, c: Constants) -> ServingTimes:
+    """TTFT and TPOT of a disaggregated deployment (module doc); ``steps_waited`` has no part
+    here (no decode step runs before a request's prefill on its pool)."""
     tpot = c.s_dec * x.decode_ms
     w = c.s_pre * x.prefill_packed_ms / x.packed
     own = c.s_pre * x.prefill_one_ms
@@ -247,10 +235,6 @@ def mean_kv(isl: int, osl: int) -> int:
     return isl + osl // 2
 
 
-def finite(value: float) -> bool:
-    return math.isfinite(value) and value > 0
-
-
 @dataclass(frozen=True)
 class SystemMemory:
     """One GPU's memory (``gpu.mem_capacity``) and the reserve the system file keeps for
@@ -258,39 +242,28 @@ class SystemMemory:
 
     capacity: float
     other: float
-    source: str
 
 
-@functools.lru_cache(maxsize=64)
-def system_memory(system: str, systems_dir: str | None = None) -> SystemMemory:
-    from .catalog import embedded_systems_dir
+def system_memory(system: str) -> SystemMemory:
+    """The memory of ``system`` from its yaml, as :func:`modperf.roofline.gpu_spec` reads it; a
+    SystemSpecError where the file is missing or gives no capacity."""
+    gpu = gpu_spec(system)
+    if not gpu.from_file or gpu.mem_capacity <= 0:
+        from .catalog import embedded_systems_dir
 
-    folder = Path(systems_dir) if systems_dir is not None else embedded_systems_dir()
-    path = folder / f"{system}.yaml"
-    fix = f"add {path.name} with gpu.mem_capacity (bytes) and misc.other_mem beside the data"
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not YAML"
+        path = embedded_systems_dir() / f"{system}.yaml"
+        reason = "no positive gpu.mem_capacity" if gpu.from_file else "no system file"
         raise E.SystemSpecError(f"no memory size for system {E.quote(system)}: {reason}", file=path,
-                                fix=fix) from None
-    gpu = (doc or {}).get("gpu") if isinstance(doc, dict) else None
-    misc = (doc or {}).get("misc") if isinstance(doc, dict) else None
-    capacity = gpu.get("mem_capacity") if isinstance(gpu, dict) else None
-    other = (misc.get("other_mem") if isinstance(misc, dict) else None) or 0
-    if not isinstance(capacity, (int, float)) or isinstance(capacity, bool) or capacity <= 0 \
-            or not isinstance(other, (int, float)):
-        raise E.SystemSpecError(f"{path.name} has no positive gpu.mem_capacity", file=path, fix=fix)
-    return SystemMemory(float(capacity), float(other), str(path))
+                                fix=f"add {path.name} with gpu.mem_capacity (bytes) and misc.other_mem beside "
+                                    "the data")
+    return SystemMemory(gpu.mem_capacity, gpu.other_mem)
 
 
 __all__ = [
     "BACKENDS",
-    "PHYSICS_ONLY",
     "AggInputs",
     "Backend",
     "Constants",
-    "DisaggConstants",
     "DisaggInputs",
     "ServingTimes",
     "aggregated",

@@ -6,14 +6,14 @@ silicon_sample.csv only (the split rule is in docs/serving.md); never edited by 
 
 from __future__ import annotations
 
-from .serving import Constants, DisaggConstants
+from .serving import Constants
 
 AGG: dict[str, Constants] = {
     "sglang": Constants(s_pre=0.8951, s_dec=1.1255, tau0_ms=155.3887, kappa=1.0),
     "trtllm": Constants(s_pre=1.1089, s_dec=0.9286, tau0_ms=134.8505, kappa=0.1405),
     "vllm": Constants(s_pre=1.0586, s_dec=1.0024, tau0_ms=33.0999, kappa=0.1543),
 }
-DISAGG: DisaggConstants | None = DisaggConstants(s_pre=0.7398, s_dec=0.8419, tau0_ms=258.9075, kappa=0.2203)
+DISAGG: Constants | None = Constants(s_pre=0.7398, s_dec=0.8419, tau0_ms=258.9075, kappa=0.2203)
 PROVENANCE: dict[str, str] = {
     "agg": "fitted 2026-12-03 on calibration rows of silicon_sample.csv "
            "(sglang 277, trtllm 492, vllm 503; re-exports once)",

@@ -10,11 +10,10 @@ on both sides.
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 from typing import Any
 
-from .predict import FIELDS
+from .predict import FIELDS, present
 
 EVALUATION, CALIBRATION = "eval", "calib"
 
@@ -45,10 +44,9 @@ def question(row: dict[str, Any]) -> dict[str, Any]:
     (the CSV reader's) as integers."""
     out = {}
     for k in FIELDS:
-        v = row.get(k)
-        if v is None or v == "" or (isinstance(v, float) and math.isnan(v)):
-            continue
-        out[k] = int(v) if isinstance(v, float) and v.is_integer() else v
+        if present(row, k):
+            v = row[k]
+            out[k] = int(v) if isinstance(v, float) and v.is_integer() else v
     return out
 
 

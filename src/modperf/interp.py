@@ -106,6 +106,10 @@ _CHUNK = 1 << 15
 #: this long at most (larger axes use a binary search).
 _LUT_MAX = 1 << 22
 
+#: Grids with at most this many measured cells get a dict of them for exact hits (about
+#: 200 bytes a cell; larger grids find exact hits through a dict per axis).
+_EXACT_INDEX_MAX = 1 << 16
+
 #: Roofline seconds: receives one value per axis, in grid axis order (floats, or arrays of one
 #: shape), returns a float or an array.
 Roofline = Callable[[Sequence[Any]], Any]
@@ -134,7 +138,7 @@ def curve(x: Any, k: float) -> Any:
     return x / (1.0 - k * x)
 
 
-@dataclass
+@dataclass(slots=True)
 class Lookup:
     """One scalar lookup."""
 
@@ -322,8 +326,38 @@ class Grid:
         # per axis, lattice value -> index: a point on lattice values finds its cell without a
         # search (the exact-hit fast path of the scalar lookup)
         self._index_py = [{v: i for i, v in enumerate(vals)} for vals in self._values_py]
+        # per axis, what the scalar lookup reads, in one tuple: (values, value -> index, padded
+        # stride, lowest, highest, curvature, blend coordinates, their inverse steps)
+        self._axes_py = [(vals, index, pstride, vals[0], vals[-1], k, u, inv) for vals, index, pstride, k, u, inv
+                         in zip(self._values_py, self._index_py, self._pstrides, self.curvature, self._u_py,
+                                self._inv_py)]
+        self._exact: dict[tuple[int, ...], float] | None = None
+        self._exact_complete = False
 
     # -- scalar lookup --------------------------------------------------------------------
+
+    def exact_index(self) -> dict[tuple[int, ...], float]:
+        """Every measured cell, as its axis values (a tuple of ints) -> the stored latency (what
+        :meth:`lookup` returns for it): an exact hit is one dict lookup. Built on first use;
+        empty for a grid of more than :data:`_EXACT_INDEX_MAX` measured cells (there
+        :meth:`lookup_indexed` searches each axis's values)."""
+        index = self._exact
+        if index is None:
+            index = {}
+            self._exact_complete = False
+            measured = np.flatnonzero(self.state.ravel() == MEASURED_CELL)
+            if measured.size <= _EXACT_INDEX_MAX:
+                sub = np.unravel_index(measured, self.shape)
+                # the lattice's own int objects (shared by the keys), the stored latencies
+                keys = zip(*[[vals[i] for i in s.tolist()] for vals, s in zip(self._values_py, sub)])
+                index = dict(zip(keys, self.latency.ravel()[measured].tolist()))
+                self._exact_complete = True
+            self._exact = index
+        return index
+
+    def lookup_indexed(self, point: Sequence[float]) -> Lookup:
+        """:meth:`lookup` of a point that :meth:`exact_index` does not hold."""
+        return self._lookup(point) if self._exact_complete else self.lookup(point)
 
     def lookup(self, point: Sequence[float]) -> Lookup:
         """Latency at ``point`` (one value per axis, in ``self.axes`` order)."""
@@ -345,91 +379,126 @@ class Grid:
         return self._lookup(point)
 
     def _lookup(self, point: Sequence[float]) -> Lookup:
-        outside: list[str] = []
+        outside: list[str] | None = None
         proj_dist = 0.0
-        clipped = list(point)
+        clipped: list[float] | None = None
         base = 0
         parts: list[tuple[int, float]] = []  # (padded stride, upper weight) of axes off a lattice value
         heads_used: tuple[int, ...] = ()
-        pstrides = self._pstrides
-        index_py = self._index_py
-        for a, x in enumerate(point):
-            vals = self._values_py[a]
-            i = index_py[a].get(x)
+        heads_pos = self.heads_pos
+        a = -1
+        for x, (vals, index, pstride, low, high, k, u_py, inv_py) in zip(point, self._axes_py):
+            a += 1
+            i = index.get(x)
             if i is not None:  # on a lattice value (so inside the range): no search, weight 0
-                base += i * pstrides[a]
-                if a == self.heads_pos:
+                base += i * pstride
+                if a == heads_pos:
                     heads_used = (vals[i],)
                 continue
-            if x < vals[0] or x > vals[-1]:
-                xc = vals[0] if x < vals[0] else vals[-1]
+            if x < low or x > high:
+                xc = low if x < low else high
                 proj_dist += abs(octave(x) - octave(xc))
+                if outside is None:
+                    outside, clipped = [], list(point)
                 outside.append(self.axes[a])
-                clipped[a] = xc
+                clipped[a] = xc  # type: ignore[index]
             else:
                 xc = x
             i = bisect_right(vals, xc) - 1
-            base += i * pstrides[a]
+            base += i * pstride
             if vals[i] == xc:
                 t = 0.0
             else:
-                k = self.curvature[a]
                 xf = float(xc)
                 u = xf if k == 0.0 else (xf * (1.0 + k * xf) if k > 0.0 else xf / (1.0 - k * xf))
-                t = (u - self._u_py[a][i]) * self._inv_py[a][i]
-                parts.append((pstrides[a], t))
-            if a == self.heads_pos:
+                t = (u - u_py[i]) * inv_py[i]
+                parts.append((pstride, t))
+            if a == heads_pos:
                 heads_used = (vals[i],) if t == 0.0 else (vals[i], vals[i + 1])
         lat, dist = self._lat_py, self._dist_py
-        if not parts and not outside and self._state_py[base] == MEASURED_CELL:
-            return Lookup(lat[base], EXACT, 0.0, heads_used, ())
-        # corners in the order of the vectorised path: bit j of a corner is the upper side of
-        # parts[j]; reduced along the last part first
-        corners = [base]
-        used = [True]
-        spent = 0.0
-        for stride, t in parts:
-            corners = corners + [f + stride for f in corners]
-            used = [u and t < 1.0 for u in used] + [u and t > 0.0 for u in used]
-        for f, u in zip(corners, used):
-            if u and dist[f] > spent:
-                spent = dist[f]
+        if not parts:
+            if outside is None and self._state_py[base] == MEASURED_CELL:
+                return Lookup(lat[base], EXACT, 0.0, heads_used, ())
+            spent = dist[base] if dist[base] > 0.0 else 0.0
+            value = lat[base]
+        elif len(parts) == 1:  # one axis off a lattice value: the general code below, unrolled
+            stride, t = parts[0]
+            spent = 0.0
+            if t < 1.0 and dist[base] > spent:
+                spent = dist[base]
+            if t > 0.0 and dist[base + stride] > spent:
+                spent = dist[base + stride]
+            lo = lat[base]
+            value = lo + t * (lat[base + stride] - lo)
+        elif len(parts) == 2:  # two axes off a lattice value: the general code below, unrolled
+            (s0, t0), (s1, t1) = parts
+            c1, c2 = base + s0, base + s1
+            c3 = c2 + s0
+            spent = 0.0
+            if t0 < 1.0 and t1 < 1.0 and dist[base] > spent:
+                spent = dist[base]
+            if t0 > 0.0 and t1 < 1.0 and dist[c1] > spent:
+                spent = dist[c1]
+            if t0 < 1.0 and t1 > 0.0 and dist[c2] > spent:
+                spent = dist[c2]
+            if t0 > 0.0 and t1 > 0.0 and dist[c3] > spent:
+                spent = dist[c3]
+            lo, hi = lat[base], lat[c1]
+            v0 = lo + t1 * (lat[c2] - lo)
+            v1 = hi + t1 * (lat[c3] - hi)
+            value = v0 + t0 * (v1 - v0)
+        else:
+            # corners in the order of the vectorised path: bit j of a corner is the upper side
+            # of parts[j]; reduced along the last part first
+            corners = [base]
+            used = [True]
+            spent = 0.0
+            for stride, t in parts:
+                corners = corners + [f + stride for f in corners]
+                used = [w and t < 1.0 for w in used] + [w and t > 0.0 for w in used]
+            for f, w in zip(corners, used):
+                if w and dist[f] > spent:
+                    spent = dist[f]
+            values = [lat[f] for f in corners]
+            for _, t in reversed(parts):
+                half = len(values) // 2
+                values = [lo + t * (hi - lo) for lo, hi in zip(values[:half], values[half:])]
+            value = values[0]
         if spent == math.inf:
-            return Lookup(math.nan, REFUSED, math.inf, heads_used, tuple(outside))
-        values = [lat[f] for f in corners]
-        for _, t in reversed(parts):
-            half = len(values) // 2
-            values = [lo + t * (hi - lo) for lo, hi in zip(values[:half], values[half:])]
-        value = values[0]
+            return Lookup(math.nan, REFUSED, math.inf, heads_used, tuple(outside or ()))
         spent += proj_dist
         if spent > self.limit:
-            return Lookup(math.nan, REFUSED, spent, heads_used, tuple(outside))
-        if outside:
+            return Lookup(math.nan, REFUSED, spent, heads_used, tuple(outside or ()))
+        if outside is not None:
+            assert clipped is not None
             r_at, r_edge = self.roofline(point), self.roofline(clipped)
             value *= r_at / r_edge if r_edge > 0 else math.nan
-        return Lookup(value, EXTRAPOLATED if spent > 0.0 else INTERPOLATED, spent, heads_used, tuple(outside))
+            return Lookup(value, EXTRAPOLATED if spent > 0.0 else INTERPOLATED, spent, heads_used, tuple(outside))
+        return Lookup(value, EXTRAPOLATED if spent > 0.0 else INTERPOLATED, spent, heads_used, ())
 
     def support(self, point: Sequence[float]) -> list[dict[str, int]]:
         """The measured lattice cells an answer at ``point`` stands on (the corners of its
         interpolation box with weight > 0, after projecting onto the measured range), as axis
         values: the cell itself for an exact hit."""
-        corners: list[list[tuple[int, int]]] = [[]]  # per corner: (axis, lattice index)
-        for a, x in enumerate(point):
-            vals = self._values_py[a]
-            xc = min(max(x, vals[0]), vals[-1])
-            i = bisect_right(vals, xc) - 1
-            if vals[i] == xc or i + 1 >= len(vals):
-                corners = [[*c, (a, i)] for c in corners]
-            else:
-                corners = [[*c, (a, j)] for c in corners for j in (i, i + 1)]
-        out = []
-        for corner in corners:
-            flat = 0
-            for a, i in corner:
-                flat += i * self.strides[a]
-            if self.state.ravel()[flat] == MEASURED_CELL:
-                out.append({self.axes[a]: int(self.values[a][i]) for a, i in corner})
-        return out
+        return [dict(zip(self.axes, cell)) for cell in self.support_values(point)]
+
+    def support_values(self, point: Sequence[float]) -> list[tuple[int, ...]]:
+        """:meth:`support`, each cell as its axis values in axis order."""
+        corners: list[tuple[int, tuple[int, ...]]] = [(0, ())]  # per corner: (padded flat index, values)
+        for x, (vals, index, pstride, low, high, *_) in zip(point, self._axes_py):
+            i = index.get(x)
+            if i is None:
+                xc = min(max(x, low), high)
+                i = bisect_right(vals, xc) - 1
+                if vals[i] != xc and i + 1 < len(vals):
+                    lo, hi = vals[i], vals[i + 1]
+                    corners = [c for f, v in corners for c in ((f + i * pstride, (*v, lo)),
+                                                               (f + (i + 1) * pstride, (*v, hi)))]
+                    continue
+            value, step = vals[i], i * pstride
+            corners = [(f + step, (*v, value)) for f, v in corners]
+        state = self._state_py
+        return [v for f, v in corners if state[f] == MEASURED_CELL]
 
     # -- vectorised lookup ----------------------------------------------------------------
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -113,6 +114,10 @@ class Latencies:
         return iter((self.latency_ms, self.kind))
 
 
+#: A value not computed yet (None is a computed value).
+_UNSET: Any = object()
+
+
 @dataclass
 class _Plan:
     """Everything about a query except its numeric point: resolved once, reused."""
@@ -127,6 +132,27 @@ class _Plan:
     lanes: list[tuple[str, PointTest, str]] | None = None
     lane_plans: dict[str, _Plan] = field(default_factory=dict)
     lane_rule: str | None = None
+    #: What a single query's fast path reads per axis, in axis order: (field name, low, high,
+    #: the value when the field is left out or None). The heads axis reads no field: its name is
+    #: None (never a field's) and its value the plan's local count.
+    axis_checks: tuple[tuple[str | None, int, int, int | None], ...] = field(init=False, repr=False)
+    #: (field name, point position) of the axes an answer's fields echo (all but heads).
+    echoed: tuple[tuple[str, int], ...] = field(init=False, repr=False)
+    #: The grid's exact-hit index (Grid.exact_index), taken on the first single query.
+    exact: dict[tuple[int, ...], float] | None = field(default=None, init=False, repr=False)
+    #: The quality findings of the plan's group (QueryEngine._quality_found), once looked up.
+    quality_found: Any = field(default=_UNSET, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[str | None, int, int, int | None]] = []
+        for name in self.axis_fields:
+            if name == HEADS:
+                checks.append((None, 1, 0, None if self.local is None else int(self.local)))
+            else:
+                rng = limits.range_of(name)
+                checks.append((name, rng.low, rng.high, self.fixed.get(name)))
+        self.axis_checks = tuple(checks)
+        self.echoed = tuple((name, i) for i, name in enumerate(self.axis_fields) if name != HEADS)
 
     def lane_for(self, point: Mapping[str, Any]) -> _Plan:
         """The plan of the lane the backend runs at ``point`` (axis values), its answer saying so."""
@@ -137,6 +163,17 @@ class _Plan:
                 template = replace(sub.template, lane={"kernel_source": lane, "rule": reason})
                 return replace(sub, template=template)
         raise AssertionError("lane tests cover every point")
+
+
+class _PlansByNames:
+    """The plan cache's entries of one tuple of field names (in order): how to read the values
+    of the fields that are not interpolation axes, and the plans by (those values, their types)."""
+
+    __slots__ = ("plans", "values_of")
+
+    def __init__(self, values_of: Callable[[Mapping[str, Any]], tuple[Any, ...]]) -> None:
+        self.values_of = values_of
+        self.plans: dict[tuple[Any, ...], _Plan] = {}
 
 
 @dataclass
@@ -299,7 +336,9 @@ class QueryEngine:
         self.annotate_quality = annotate_quality
         self._quality_index: dict[Any, dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]] = {}
         self._indexes: dict[Any, TableIndex] = {}
-        self._plans: dict[tuple[Any, ...], _Plan] = {}
+        #: per tuple of field names (in order), the plans of the values of its other fields
+        self._plans: dict[tuple[Any, ...], _PlansByNames] = {}
+        self._n_plans = 0  # plans held (at most PLAN_CACHE)
         self._many_plans: dict[tuple[Any, ...], _Plan] = {}
         self._quality_groups: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
@@ -321,6 +360,66 @@ class QueryEngine:
         the grid without searching for the nearest measured points (a caller trying several
         kernels asks again, diagnosed, only when every one refuses)."""
         plan = self._cached_plan(fields)
+        if plan.lanes is not None:
+            return self.answer_of(plan, fields, quality=quality, diagnose=diagnose)
+        # the fast path: every axis value a plain int inside its range (or left out where the
+        # plan fixes it); anything else (a string, a float, a bool, None, out of range) is parsed
+        # or refused by the reference path, answer_of
+        point = []
+        for name, low, high, fixed in plan.axis_checks:
+            value = fields.get(name)  # type: ignore[arg-type]  # None: the heads axis (never a field's name)
+            if type(value) is int and low <= value <= high:
+                point.append(value)
+            elif value is None and fixed is not None:
+                point.append(fixed)
+            else:
+                return self.answer_of(plan, fields, quality=quality, diagnose=diagnose)
+        grid = plan.grid
+        exact = plan.exact
+        if exact is None:
+            exact = plan.exact = grid.exact_index()
+        t = plan.template
+        # a shallow copy of the template (its attribute dict copied whole), the point's part set
+        answer = object.__new__(Answer)
+        values = answer.__dict__ = t.__dict__.copy()
+        latency = exact.get(tuple(point))
+        exact_hit = latency is not None
+        if exact_hit:  # a measured cell: its stored latency, as the lookup returns it
+            values["latency_ms"] = latency
+            values["kind"] = "exact"
+            if grid.heads_pos >= 0:
+                values["locals_used"] = (point[grid.heads_pos],)
+        else:
+            found = grid.lookup_indexed(point)
+            if found.kind == REFUSED:
+                return self.answer_of(plan, fields, quality=quality, diagnose=diagnose)
+            values["latency_ms"] = found.latency_ms
+            values["kind"] = KIND_NAMES[found.kind]
+            if found.heads_used:
+                values["locals_used"] = found.heads_used
+            if found.distance > 0:
+                values["extrapolation"] = extrapolation_of(grid, t.system, found)
+        resolved = t.fields.copy()
+        for name, i in plan.echoed:
+            resolved[name] = point[i]
+        values["fields"] = resolved
+        if self.annotate_quality if quality is None else quality:
+            found_quality = plan.quality_found
+            if found_quality is _UNSET:
+                found_quality = plan.quality_found = self._quality_found(plan)
+            if found_quality is not None:
+                if exact_hit:  # the answer stands on its own cell: its notes, as _quality_of lists them
+                    notes = found_quality[0].get((plan.local, tuple([point[i] for _, i in plan.echoed])))
+                    values["quality"] = list(notes) if notes else None
+                else:
+                    values["quality"] = self._quality_of(plan, point)
+        return answer
+
+    def answer_of(self, plan: _Plan, fields: Mapping[str, Any], *, quality: bool | None = None,
+                  diagnose: bool = True) -> Answer:
+        """The reference path of :meth:`query` for a resolved plan: the point parsed field by
+        field (modperf.limits), the grid's general lookup, the answer a copy of the template
+        (the fast path in :meth:`query` answers as this does, bit for bit; tests/test_query.py)."""
         point = self._point(plan, fields)
         if plan.lanes is not None:
             plan = plan.lane_for(dict(zip(plan.axis_fields, point)))
@@ -338,7 +437,7 @@ class QueryEngine:
             raise self._refusal(plan, point, found)
         extrapolation = extrapolation_of(grid, t.system, found) if found.distance > 0 else None
         # a shallow copy of the template with the point's part set (dataclasses.replace, without
-        # its per-field keyword round trip: a few microseconds of every answer)
+        # its per-field keyword round trip)
         answer = object.__new__(Answer)
         answer.__dict__.update(t.__dict__)
         answer.latency_ms = found.latency_ms
@@ -352,26 +451,36 @@ class QueryEngine:
         return answer
 
     def _cached_plan(self, fields: Mapping[str, Any]) -> _Plan:
-        plan_key: tuple[Any, ...] | None
-        # the type is part of the key: 0 == False and 1 == True, but only a bool is a flag (modperf.limits)
-        # (in the order given: the same fields in another order are another entry of one plan)
-        # which axis fields were given is part of it too: a plan resolved without `step` carries
-        # the note that step defaulted to 0, which a line giving step must not inherit
-        plan_key = tuple([(k, type(v), v) if k not in _AXIS_NAMES else k for k, v in fields.items()])
+        # the key: the field names in the order given (the same fields in another order are
+        # another entry of one plan; which axis fields were given is part of it too: a plan
+        # resolved without `step` carries the note that step defaulted to 0, which a query
+        # giving step must not inherit), then the values of the other fields and their types
+        # (0 == False and 1 == True, but only a bool is a flag: modperf.limits). The axis
+        # values are the point, not the plan.
+        names = tuple(fields)
+        by_names = self._plans.get(names)
+        if by_names is None:
+            if len(self._plans) >= self.PLAN_CACHE:
+                self._plans.clear()
+                self._n_plans = 0
+            by_names = self._plans[names] = _PlansByNames(_values_getter(names))
+        values = by_names.values_of(fields)
+        plan_key: tuple[Any, ...] | None = (values, tuple(map(type, values)))
+        plans = by_names.plans
         try:
-            plan = self._plans.get(plan_key)
+            plan = plans.get(plan_key)  # type: ignore[arg-type]
         except TypeError:  # an unhashable value: resolve without the cache
             plan, plan_key = None, None
         if plan is None:
             plan = self._plan(fields)
             if plan_key is not None:
-                if len(self._plans) >= self.PLAN_CACHE:
+                if self._n_plans >= self.PLAN_CACHE:  # full: start over (this names' entry kept, emptied)
                     self._plans.clear()
-                self._plans[plan_key] = plan
-        else:
-            extra = [k for k in fields if k in _AXIS_NAMES and k not in plan.axis_fields]
-            if extra:
-                self._plan(fields)  # raises the unknown-field error with the table's keys
+                    plans.clear()
+                    self._plans[names] = by_names
+                    self._n_plans = 0
+                plans[plan_key] = plan
+                self._n_plans += 1
         return plan
 
     def _point(self, plan: _Plan, fields: Mapping[str, Any]) -> list[int]:
@@ -418,11 +527,13 @@ class QueryEngine:
         if found is None:
             return None
         by_point, axes = found
+        grid = plan.grid
+        at = [grid.axes.index(a) for a in axes]
+        heads_at = grid.axes.index(HEADS) if HEADS in grid.axes else -1
         hits: list[dict[str, Any]] = []
-        for cell in plan.grid.support(point):
-            heads = cell.get(HEADS, plan.local)
-            coords = tuple(cell[a] for a in axes)
-            hits.extend(by_point.get((heads, coords), ()))
+        for cell in grid.support_values(point):
+            heads = cell[heads_at] if heads_at >= 0 else plan.local
+            hits.extend(by_point.get((heads, tuple([cell[i] for i in at])), ()))
         return hits or None
 
     def _quality_found(self, plan: _Plan) -> tuple[dict[tuple[Any, ...], list[dict[str, Any]]], tuple[str, ...]] | None:
@@ -871,6 +982,18 @@ class QueryEngine:
 #: Every interpolation axis any family declares: the numeric part of a query, left out of the
 #: plan cache key so that a sweep over shapes reuses one resolved plan.
 _AXIS_NAMES = frozenset(a for fam in registry().values() for spec in fam.tables for a in spec.axes)
+
+
+def _values_getter(names: tuple[Any, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """The values of the fields among ``names`` that are not interpolation axes, in order, as
+    a tuple (operator.itemgetter: no Python loop per field)."""
+    keep = [n for n in names if n not in _AXIS_NAMES]
+    if len(keep) >= 2:
+        return itemgetter(*keep)
+    if keep:
+        only = keep[0]
+        return lambda fields: (fields[only],)
+    return lambda fields: ()
 
 
 def extrapolation_of(grid: Grid, system: str, found: Lookup) -> dict[str, Any]:

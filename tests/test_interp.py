@@ -366,3 +366,107 @@ def test_many_points_find_the_nearest_measured_cells_and_distances_of_the_scalar
     assert got.shape == (3, 2, 2)
     for j, b in enumerate((1, 8, 3)):
         assert [dict(zip(small.axes, c)) for c in got[j].tolist()] == small.nearest_covered([b, 64])
+
+
+def _real_grids(db) -> list[Grid]:
+    """Grids of real tables: a [native][local] module (one axis blended at a time off the
+    lattice), a local-only GQA table, and a DSV4 module (heads 8 and 16 measured, so that a
+    point between them blends two axes or more)."""
+    asks = [
+        {"table": "mla_context_module", "system": "h200_sxm", "backend": "trtllm", "version": "1.3.0rc20",
+         "model": "deepseek-ai/DeepSeek-V3", "tp_size": 8},
+        {"table": "context_attention", "system": "h200_sxm", "backend": "sglang", "version": "0.5.14",
+         "kernel_source": "triton", "attn_dtype": "bfloat16", "kv_cache_dtype": "fp8", "num_key_value_heads": 1,
+         "head_dim": 256, "window_size": 1024, "beam_width": 1},
+        {"table": "dsv4_csa_generation_module", "system": "h200_sxm", "backend": "sglang", "version": "0.5.14",
+         "native_heads": 64, "kernel_source": "compressed_flashmla", "mla_dtype": "bfloat16",
+         "kv_cache_dtype": "fp8_e4m3", "gemm_type": "bfloat16", "compress_ratio": 4},
+    ]
+    return [db.queries.grid(a) for a in asks]
+
+
+def _probe_points(grid: Grid, rng: np.random.Generator, n: int) -> list[list[int]]:
+    """Points of ``grid``: per axis a lattice value, a value between two, one just past either
+    end or twice past the top (exact, interpolated along one or more axes, extrapolated,
+    refused beyond the limit or where no measurement reaches)."""
+    out = []
+    for _ in range(n):
+        point = []
+        for vals in grid._values_py:
+            pick = rng.integers(6)
+            i = int(rng.integers(len(vals)))
+            if pick < 3 or len(vals) == 1:
+                x = vals[i]
+            elif pick == 3:
+                j = min(i + 1, len(vals) - 1)
+                x = (vals[i] + vals[j]) // 2
+            elif pick == 4:
+                x = max(vals[0] - 1, 0) if rng.integers(2) else vals[-1] + 1
+            else:
+                x = 2 * vals[-1] + 3
+            point.append(int(x))
+        out.append(point)
+    return out
+
+
+def test_exact_index_holds_every_measured_cell_as_the_lookup_returns_it(db) -> None:
+    for grid in _real_grids(db):
+        index = grid.exact_index()
+        assert len(index) == grid.n_measured > 0
+        for cell in itertools.product(*grid._values_py):
+            found = grid._lookup(list(cell))
+            if found.kind == EXACT:
+                assert index[cell].hex() == found.latency_ms.hex()
+                assert grid.support(list(cell)) == [dict(zip(grid.axes, cell))]
+            else:
+                assert cell not in index
+        assert grid.exact_index() is index  # built once
+
+
+def test_scalar_lookup_of_real_grids_is_the_vectorised_lookup_bit_for_bit(db) -> None:
+    """The scalar lookup (one or two blended axes unrolled, the rest general) against the
+    vectorised path, on points of every kind: the latency bit for bit, the kind, the distance;
+    the measured cells an answer stands on are measured corners of its interpolation box."""
+    rng = np.random.default_rng(5)
+    seen: set[int] = set()
+    blended: set[int] = set()
+    for grid in _real_grids(db):
+        points = _probe_points(grid, rng, 1500)
+        cols = [np.array(c) for c in zip(*points)]
+        lat, kind, spent = grid.lookup_many_spent(cols)
+        for j, point in enumerate(points):
+            one = grid.lookup(point)
+            assert (one.kind, math.isnan(one.latency_ms)) == (kind[j], math.isnan(lat[j])), point
+            if one.kind != REFUSED:
+                assert one.latency_ms.hex() == float(lat[j]).hex(), point
+                assert one.distance == spent[j] or round(one.distance, 6) == round(float(spent[j]), 6)
+            # each point alone (every axis one value for all points: the scalar's own operations)
+            alone = grid.lookup_many([np.array([x]) for x in point])
+            assert alone[1][0] == one.kind and (one.kind == REFUSED or alone[0][0].hex() == one.latency_ms.hex())
+            for cell in grid.support_values(point):
+                assert cell in grid.exact_index()
+            seen.add(one.kind)
+            blended.add(sum(x not in grid._index_py[a] for a, x in enumerate(point)))
+    assert seen == {EXACT, INTERPOLATED, EXTRAPOLATED, REFUSED}
+    assert {0, 1, 2, 3} <= blended
+
+
+def test_two_blended_axes_spend_the_distance_of_the_corners_that_carry_weight() -> None:
+    """A grid missing a corner cell (then extrapolated, or interpolated, or uncovered): every
+    point between lattice values on both axes, and on one, spends what the vectorised path
+    spends (the largest distance over the corners with weight) and gets its latency."""
+    checked = 0
+    for hole in itertools.product(BATCH, ISL):
+        for second in (None, (BATCH[-1], ISL[0])):
+            g = make({k: v for k, v in FULL.items() if k != hole and k != second})
+            bs = sorted({*BATCH, *[(a + b) // 2 for a, b in itertools.pairwise(BATCH)]})
+            ss = sorted({*ISL, *[(a + b) // 2 for a, b in itertools.pairwise(ISL)], 20, 60})
+            points = list(itertools.product(bs, ss))
+            lat, kind, spent = g.lookup_many_spent([np.array([p[0] for p in points]), np.array([p[1] for p in points])])
+            for j, (b, s) in enumerate(points):
+                one = g.lookup([b, s])
+                assert one.kind == kind[j] and one.distance == spent[j], (hole, b, s)
+                if one.kind != REFUSED:
+                    assert one.latency_ms.hex() == float(lat[j]).hex()
+                checked += one.kind == EXTRAPOLATED
+    assert checked > 0

@@ -313,3 +313,128 @@ def test_query_many_reuses_its_plan_only_for_the_same_fields(db):
     lat, _ = db.query_many(**base, tp_size=8, batch_size=4, isl=np.array([2048, 4096]))
     assert lat.tolist() == [db.answer({**base, "tp_size": 8, "batch_size": 4, "isl": i}, quality=False).latency_ms
                             for i in (2048, 4096)]
+
+
+# --- the single query's fast path against the reference path ---------------------------------
+
+MLA_TRTLLM = dict(table="mla_context_module", system="h200_sxm", backend="trtllm", version="1.3.0rc20",
+                  model="deepseek-ai/DeepSeek-V3", tp_size=8)
+#: A group with quality findings (modperf.quality), heads 8 and 16 measured: answers list notes.
+DSV4_GEN = dict(table="dsv4_csa_generation_module", system="h200_sxm", backend="sglang", version="0.5.14",
+                native_heads=64, kernel_source="compressed_flashmla", mla_dtype="bfloat16",
+                kv_cache_dtype="fp8_e4m3", gemm_type="bfloat16", compress_ratio=4)
+
+
+def _outcome(call, *args, **kwargs) -> tuple:
+    """An answer as its kind, its dict's text (latency as hex: every bit) and the types of its
+    fields, or the error's type, message and values."""
+    try:
+        a = call(*args, **kwargs)
+    except E.ModperfError as e:
+        return (type(e).__name__, str(e), repr(e.values))
+    d = a.to_dict()
+    return (a.kind, d["latency_ms"].hex(), repr(d), [type(v) for v in a.fields.values()])
+
+
+def _variants(db: modperf.Database, base: dict, heads: list[int]) -> list[dict]:
+    """Queries of ``base``'s grid: each axis a measured value, a value between two, past either
+    end or far past; and the same points with an axis as a bool, a digit string, a float, a
+    numpy integer, out of its range, None or left out."""
+    grid = db.queries.grid(base)
+    rng = np.random.default_rng(3)
+    axes = [(a, v) for a, v in zip(grid.axes, grid._values_py) if a != "num_heads"]
+    out = []
+    for h in heads or [None]:
+        for _ in range(60):
+            q = dict(base) if h is None else dict(base, num_heads=h)
+            for a, vals in axes:
+                i = int(rng.integers(len(vals)))
+                q[a] = [vals[i], (vals[i] + vals[min(i + 1, len(vals) - 1)]) // 2, vals[-1] + 1,
+                        max(vals[0] - 1, 0), 4 * vals[-1] + 7][int(rng.integers(5)) if rng.integers(3) else 0]
+            out.append(q)
+    if heads:  # the points with quality findings, and points between them and their neighbours
+        engine = db.queries
+        first = {**base, "num_heads": heads[0], **{a: v[0] for a, v in axes}}
+        found = engine._quality_found(engine._cached_plan(first))
+        for (h, coords) in sorted(found[0]) if found else ():
+            at = dict(zip((a for a, _ in axes), coords))
+            out.append({**base, "num_heads": h, **at})
+            for a, vals in axes:
+                i = vals.index(at[a])
+                if i > 0:
+                    out.append({**base, "num_heads": h, **at, a: (vals[i - 1] + vals[i]) // 2})
+                    out.append({**base, "num_heads": 12, **at, a: (vals[i - 1] + vals[i]) // 2})
+            out.append({**base, "num_heads": 12, **at})
+    odd = [True, False, "8", " 16", "x", 8.0, 8.5, float("nan"), np.int64(8), np.uint8(2), -1, 0, 2**40, None]
+    for q in list(out[:40]):
+        for a, _ in axes:
+            for v in odd:
+                out.append({**q, a: v})
+            out.append({k: v for k, v in q.items() if k != a})
+    return out
+
+
+@pytest.mark.parametrize("base,heads", [(MLA_TRTLLM, []), (DSV4_GEN, [8, 12, 16])])
+def test_single_queries_answer_as_the_reference_path(db: modperf.Database, base: dict, heads: list[int]) -> None:
+    """``query`` (the fast path where every axis value is a plain int in its range, through the
+    cached plan and the exact-hit index) against the reference path (a freshly resolved plan,
+    every field parsed by modperf.limits, the grid's general lookup): the same answers bit for
+    bit, quality notes included, and the same errors; for every kind of point and value."""
+    engine = db.queries
+    kinds: dict[str, int] = {}
+    notes = 0
+    for q in _variants(db, base, heads):
+        for quality in (True, False):
+            for diagnose in (True, False):
+                fast = _outcome(engine.query, q, quality=quality, diagnose=diagnose)
+                try:
+                    plan = engine._plan(q)
+                except E.ModperfError:
+                    plan = None
+                ref = _outcome(engine._plan, q) if plan is None else \
+                    _outcome(engine.answer_of, plan, q, quality=quality, diagnose=diagnose)
+                assert fast == ref, q
+        got = _outcome(engine.query, q)
+        kinds[got[0]] = kinds.get(got[0], 0) + 1
+        notes += len(got) == 4 and "'quality': [" in got[2]
+    assert {"exact", "interpolated", "extrapolated", "OutOfCoverageError", "QueryFieldError"} <= set(kinds)
+    if base is DSV4_GEN:
+        assert notes > 0  # exact and blended answers with quality notes
+
+
+def test_query_many_of_one_point_answers_as_the_vectorised_path(db: modperf.Database) -> None:
+    """A one-point call (answered by the scalar lookup where it is exact or between measured
+    points) against the same point in a two-point call (the vectorised path): the same latency
+    bits, kind, dtypes; the shape of the arrays given; everything else through the vectorised
+    path (extrapolated, refused, floats, lists, out of range)."""
+    grid = db.queries.grid(MLA_TRTLLM)
+    vals = dict(zip(grid.axes, grid._values_py))
+    rng = np.random.default_rng(9)
+    kinds = set()
+    for _ in range(300):
+        point = {}
+        for a in ("batch_size", "isl"):
+            v = vals[a]
+            i = int(rng.integers(len(v)))
+            point[a] = [v[i], (v[i] + v[min(i + 1, len(v) - 1)]) // 2, v[-1] + 1, 3 * v[-1]][int(rng.integers(4))]
+        for shape, dtype in (((1,), np.int64), ((), np.int32), ((1, 1), np.uint32)):
+            one = db.query_many(**MLA_TRTLLM, **{a: np.full(shape, x, dtype=dtype) for a, x in point.items()})
+            two = db.query_many(**MLA_TRTLLM, **{a: np.array([x, x]) for a, x in point.items()})
+            assert one.latency_ms.shape == one.kind.shape == shape
+            assert (one.latency_ms.dtype, one.kind.dtype) == (two.latency_ms.dtype, two.kind.dtype)
+            assert one.latency_ms.ravel()[0].tobytes() == two.latency_ms[0].tobytes()
+            assert one.kind.ravel()[0] == two.kind[0]
+            kinds.add(int(two.kind[0]))
+            # a scalar axis beside an array one; the step the plan fixes left out or given
+            mixed = db.query_many(**MLA_TRTLLM, batch_size=np.full(shape, point["batch_size"]), isl=point["isl"],
+                                  **({} if shape == () else {"step": 0}))
+            assert mixed.latency_ms.ravel()[0].tobytes() == two.latency_ms[0].tobytes()
+    assert kinds == {0, 1, 2, -1}
+    for odd in ([4], np.array([4.0]), np.array([True]), np.array([2**30])):
+        try:
+            one = db.query_many(**MLA_TRTLLM, batch_size=odd, isl=np.array([2048]))
+        except E.QueryFieldError as e:
+            assert "batch_size" in str(e)
+        else:
+            two = db.query_many(**MLA_TRTLLM, batch_size=np.array([4, 4]), isl=np.array([2048, 2048]))
+            assert one.latency_ms.tobytes() == two.latency_ms[:1].tobytes()

@@ -34,7 +34,7 @@ from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
 from .families.base import HEADS, TP, PointTest, Tier
-from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid, Lookup, sorted_unique
+from .interp import EXACT, EXTRAPOLATION_LIMIT, INTERPOLATED, KIND_NAMES, REFUSED, Grid, Lookup, sorted_unique
 from .resolve import derive
 from .roofline import AxisWork, gpu_spec
 from .versions import version_key
@@ -616,6 +616,10 @@ class QueryEngine:
                 if len(self._many_plans) >= self.PLAN_CACHE:
                     self._many_plans.clear()
                 self._many_plans[plan_key] = plan
+        if plan.lanes is None:
+            one = self._one_point(plan, arrays, scalar)
+            if one is not None:
+                return one
         cols: list[Any] = []
         for name in plan.axis_fields:
             if name == HEADS:
@@ -647,6 +651,42 @@ class QueryEngine:
                 part_lat, part_kinds = sub.grid.lookup_many([np.broadcast_to(c, shape)[mask] for c in cols])
                 lat[mask], kinds[mask] = part_lat, part_kinds
         return Latencies(lat, kinds, plan.template)
+
+    @staticmethod
+    def _one_point(plan: _Plan, arrays: Mapping[str, Any], scalar: Mapping[str, Any]) -> Latencies | None:
+        """A call of one point (every array a numpy array of one integer, every other axis a
+        plain int or the plan's fixed value, all inside their ranges) answered exactly or
+        between measured points by the scalar lookup, in the arrays' shape; None for anything
+        else (the vectorised path parses, refuses, extrapolates). For one point the vectorised
+        lookup reads every axis as one value for all points, the scalar lookup's operations, so
+        the latencies are the same bit for bit (tests/test_query.py compares them)."""
+        point = []
+        ndim = 0
+        for name, low, high, fixed in plan.axis_checks:
+            if name is None:  # the heads axis: the plan's local count unless an array gives it
+                if HEADS in arrays or fixed is None:
+                    return None
+                point.append(fixed)
+                continue
+            col = arrays.get(name)
+            if col is not None:
+                if type(col) is not np.ndarray or col.size != 1 or col.dtype.kind not in "iu":
+                    return None
+                value = col.item()
+                ndim = max(ndim, col.ndim)
+            else:
+                value = scalar.get(name, fixed)
+            if type(value) is not int or not low <= value <= high:
+                return None
+            point.append(value)
+        found = plan.grid.lookup(point)
+        if found.kind != EXACT and found.kind != INTERPOLATED:
+            return None
+        latency = np.array(found.latency_ms)
+        kind = np.array(found.kind, dtype=np.int8)
+        if ndim:
+            latency, kind = latency.reshape((1,) * ndim), kind.reshape((1,) * ndim)
+        return Latencies(latency, kind, plan.template)
 
     # -- resolution ----------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ Rows:
 - a database holding every table that loads: resident memory it adds, per row stored;
 - ``query --batch`` lines per second (a file of mixed MLA context/generation lines).
 
-    python bench/cold.py [--runs 5] [--single 400]
+    python bench/cold.py [--runs 5] [--single 400] [--only-warm | --only-batch] [--before ../main/src]
 
 Prints one table; asserts nothing.
 """
@@ -335,6 +335,55 @@ def batch_rows(args: argparse.Namespace, db: modperf.Database, family_rows: list
     return rows
 
 
+def warm_rows(args: argparse.Namespace, family_rows: list[Any], trees: list[tuple[str, str]], cache_dir: str,
+              root: str) -> list[tuple[str, str, str, str, str]]:
+    """Warm single queries (on grid: the questions; off grid: each moved between measured
+    values) and ``query_many``'s fixed cost: each tree in its own process, ``--runs`` times
+    interleaved (a cell: the median over runs of the per-run figure, min-max); the tool in its
+    own process, once per question."""
+    here = modperf.open()
+    cases, on_t = [], []
+    for _, pairs in family_rows:
+        for ref, (fields, tool_q) in pairs:
+            cases.append([fields, off_grid(here, fields)])
+            req = tool_requests([(ref, tool_q)])[0]
+            _, _, out = spawn([sys.executable, "-c", TOOL_WARM, str(BENCH), json.dumps({"root": root, **req}),
+                               str(args.single)])
+            on_t.extend(json.loads(out))
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(args.runs):
+        for name, src in trees:
+            _, _, out = spawn([sys.executable, "-c", WARM_CHILD, json.dumps(cases), str(args.single)],
+                              env=env_for(src, cache_dir))
+            runs.setdefault(name, []).append(json.loads(out))
+
+    def med(xs: list[list[float]], i: int) -> float:
+        return statistics.median(x[i] for x in xs)
+
+    def figure(name: str, part: str, i: int) -> list[float]:  # per run: the median over questions
+        return [med(w[part], i) if part != "many" else w["many"] for w in runs[name]]
+
+    def single(name: str) -> str:
+        return (f"{cell(figure(name, 'on', 0), '{:.1f}')} (p99 {cell(figure(name, 'on', 1), '{:.1f}')}) / "
+                f"{cell(figure(name, 'off', 0), '{:.1f}')} (p99 {cell(figure(name, 'off', 1), '{:.1f}')}) us")
+
+    def ratio(name: str, part: str) -> float:
+        return statistics.median(figure(name, part, 0)) / statistics.median(figure("before", part, 0))
+
+    tool = med(on_t, 0)
+    rows = [(f"warm single query, median (p99): on grid / off grid ({len(cases)} tables)",
+             f"{tool:.1f} ({med(on_t, 1):.1f}) us on grid", single("modperf"),
+             single("before") if args.before else "-",
+             f"{statistics.median(figure('modperf', 'on', 0)) / tool:.2f} on grid"
+             + (f"; before {statistics.median(figure('before', 'on', 0)) / tool:.2f}; after/before: on "
+                f"{ratio('modperf', 'on'):.2f}, off {ratio('modperf', 'off'):.2f}" if args.before else "")),
+            ("query_many fixed cost per call (one point, warm)", "-",
+             f"{cell(figure('modperf', 'many', 0), '{:.1f}')} us",
+             f"{cell(figure('before', 'many', 0), '{:.1f}')} us" if args.before else "-",
+             f"{ratio('modperf', 'many'):.2f} of before" if args.before else "-")]
+    return rows
+
+
 def print_table(rows: list[Any], args: argparse.Namespace, skipped: list[str], cache_dir: str) -> int:
     shutil.rmtree(cache_dir, ignore_errors=True)
     header = ("measure", "aiconfigurator-core 0.12.0", "modperf", "modperf before (--before)", "ratio (modperf / tool)")
@@ -357,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-check", action="store_true", help="leave out the whole-corpus check row")
     parser.add_argument("--skip-database", action="store_true", help="leave out the all-tables database row")
     parser.add_argument("--only-batch", action="store_true", help="only the query --batch rows")
+    parser.add_argument("--only-warm", action="store_true", help="only the warm single query and query_many rows")
     parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
     args = parser.parse_args(argv)
 
@@ -377,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"no exact point the tool can be asked about in {ref.label}")
             pairs.append((ref, found))
         family_rows.append((label, pairs))
+    trees = [("modperf", SRC)] + ([("before", str(Path(args.before).resolve()))] if args.before else [])
+    if args.only_warm:
+        return print_table(warm_rows(args, family_rows, trees, cache_dir, root), args, [], cache_dir)
     heads_tables = set(model_head_axis_tables())
     every: dict[str, tuple[modperf.TableRef, tuple[dict[str, Any], list[Any]]]] = {}
     skipped = []
@@ -391,7 +444,6 @@ def main(argv: list[str] | None = None) -> int:
 
     # process rows, interleaved
     variants: dict[str, list[tuple[float, float]]] = {}
-    trees = [("modperf", SRC)] + ([("before", str(Path(args.before).resolve()))] if args.before else [])
 
     def add(name: str, result: tuple[float, float]) -> None:
         variants.setdefault(name, []).append(result)
@@ -444,38 +496,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"{ratio('import/modperf', 'import/tool')}; vs floor {ratio('import/modperf', 'import/floor')}"
                  + (f" (before {ratio('import/before', 'import/floor')})" if args.before else "")))
 
-    # warm single queries and query_many: each tree in its own process, the tool in its own
-    here = modperf.open()
-    cases, on_t = [], []
-    for _, pairs in family_rows:
-        for ref, (fields, tool_q) in pairs:
-            cases.append([fields, off_grid(here, fields)])
-            req = tool_requests([(ref, tool_q)])[0]
-            _, _, out = spawn([sys.executable, "-c", TOOL_WARM, str(BENCH), json.dumps({"root": root, **req}),
-                               str(args.single)])
-            on_t.extend(json.loads(out))
-    warm = {}
-    for name, src in trees:
-        _, _, out = spawn([sys.executable, "-c", WARM_CHILD, json.dumps(cases), str(args.single)],
-                          env=env_for(src, cache_dir))
-        warm[name] = json.loads(out)
-
-    def med(xs: list[list[float]], i: int) -> float:
-        return statistics.median(x[i] for x in xs)
-
-    def single(w: dict[str, Any]) -> str:
-        return (f"{med(w['on'], 0):.1f} ({med(w['on'], 1):.1f}) / {med(w['off'], 0):.1f} ({med(w['off'], 1):.1f}) "
-                "us")
-
-    m = warm["modperf"]
-    rows.append((f"warm single query, median (p99): on grid / off grid ({len(cases)} tables)",
-                 f"{med(on_t, 0):.1f} ({med(on_t, 1):.1f}) us on grid", single(m),
-                 single(warm["before"]) if args.before else "-",
-                 f"{med(m['on'], 0) / med(on_t, 0):.2f} on grid"
-                 + (f"; before {med(warm['before']['on'], 0) / med(on_t, 0):.2f}" if args.before else "")))
-    rows.append(("query_many fixed cost per call (one point, warm)", "-", f"{m['many']:.1f} us",
-                 f"{warm['before']['many']:.1f} us" if args.before else "-",
-                 f"{m['many'] / warm['before']['many']:.2f} of before" if args.before else "-"))
+    rows.extend(warm_rows(args, family_rows, trees, cache_dir, root))
 
     # query --batch lines per second
     rows += batch_rows(args, db, family_rows, trees, cache_dir)

@@ -311,7 +311,7 @@ def test_exact_fast_path_answers_as_the_general_path(db) -> None:
                             "version": "1.3.0rc20", "model": "deepseek-ai/DeepSeek-V3", "tp_size": 8})
     exact = 0
     for cell in itertools.product(*[v.tolist() for v in grid.values]):
-        fast, general = grid.lookup(cell), grid._lookup(cell)
+        fast, general = grid.lookup(cell), grid.lookup_general(cell)
         assert (fast.kind, fast.distance, fast.heads_used, fast.outside) == \
             (general.kind, general.distance, general.heads_used, general.outside)
         assert math.isnan(fast.latency_ms) if math.isnan(general.latency_ms) else \
@@ -321,7 +321,7 @@ def test_exact_fast_path_answers_as_the_general_path(db) -> None:
     assert exact == grid.n_measured
     # a float coordinate equal to a lattice value is that value (as the general path treats it)
     cell = tuple(float(v[0]) for v in grid.values)
-    assert grid.lookup(cell) == grid._lookup(cell)
+    assert grid.lookup(cell) == grid.lookup_general(cell)
 
 
 @given(st.lists(st.integers(-2**40, 2**40), max_size=40))
@@ -409,18 +409,26 @@ def _probe_points(grid: Grid, rng: np.random.Generator, n: int) -> list[list[int
     return out
 
 
-def test_exact_index_holds_every_measured_cell_as_the_lookup_returns_it(db) -> None:
+def test_offsets_of_lattice_values_find_each_cell_as_the_lookup_does(db) -> None:
+    """Every lattice cell of real grids: the sum of its values' offsets is the cell the lookup
+    reads (a measured cell's stored latency, bit for bit); a value off the lattice keeps the
+    sum negative."""
     for grid in _real_grids(db):
-        index = grid.exact_index()
-        assert len(index) == grid.n_measured > 0
+        measured = 0
         for cell in itertools.product(*grid._values_py):
-            found = grid._lookup(list(cell))
+            at = sum(offsets[x] for offsets, x in zip(grid.offsets_py, cell))
+            found = grid.lookup_general(list(cell))
             if found.kind == EXACT:
-                assert index[cell].hex() == found.latency_ms.hex()
+                measured += 1
+                assert grid.state_py[at] == interp.MEASURED_CELL
+                assert grid.lat_py[at].hex() == found.latency_ms.hex()
                 assert grid.support(list(cell)) == [dict(zip(grid.axes, cell))]
             else:
-                assert cell not in index
-        assert grid.exact_index() is index  # built once
+                assert grid.state_py[at] != interp.MEASURED_CELL
+        assert measured == grid.n_measured > 0
+        off = [grid._values_py[0][0] + 1 if grid._values_py[0][0] + 1 not in grid.offsets_py[0] else -1]
+        assert sum([grid.offsets_py[0].get(off[0], interp.MISSING_OFFSET),
+                    *[max(o.values()) for o in grid.offsets_py[1:]]]) < 0
 
 
 def test_scalar_lookup_of_real_grids_is_the_vectorised_lookup_bit_for_bit(db) -> None:
@@ -444,7 +452,8 @@ def test_scalar_lookup_of_real_grids_is_the_vectorised_lookup_bit_for_bit(db) ->
             alone = grid.lookup_many([np.array([x]) for x in point])
             assert alone[1][0] == one.kind and (one.kind == REFUSED or alone[0][0].hex() == one.latency_ms.hex())
             for cell in grid.support_values(point):
-                assert cell in grid.exact_index()
+                at = sum(offsets[x] for offsets, x in zip(grid.offsets_py, cell))
+                assert grid.state_py[at] == interp.MEASURED_CELL
             seen.add(one.kind)
             blended.add(sum(x not in grid._index_py[a] for a, x in enumerate(point)))
     assert seen == {EXACT, INTERPOLATED, EXTRAPOLATED, REFUSED}

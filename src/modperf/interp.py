@@ -106,9 +106,9 @@ _CHUNK = 1 << 15
 #: this long at most (larger axes use a binary search).
 _LUT_MAX = 1 << 22
 
-#: Grids with at most this many measured cells get a dict of them for exact hits (about
-#: 200 bytes a cell; larger grids find exact hits through a dict per axis).
-_EXACT_INDEX_MAX = 1 << 16
+#: An offset no point on lattice values reaches (:attr:`Grid.offsets_py`): a sum holding it
+#: stays negative.
+MISSING_OFFSET = -(1 << 62)
 
 #: Roofline seconds: receives one value per axis, in grid axis order (floats, or arrays of one
 #: shape), returns a float or an array.
@@ -320,44 +320,24 @@ class Grid:
         self._values_py = [v.tolist() for v in self.values]
         self._u_py = [u.tolist() for u in self._u_p]
         self._inv_py = [i.tolist() for i in self._inv_p]
-        self._lat_py = self._lat_p.tolist()
+        #: per cell of the padded lattice (flat): its latency and its state, as plain lists
+        self.lat_py = self._lat_p.tolist()
         self._dist_py = self._dist_p.tolist()
-        self._state_py = self._state_p.tolist()
+        self.state_py = self._state_p.tolist()
         # per axis, lattice value -> index: a point on lattice values finds its cell without a
         # search (the exact-hit fast path of the scalar lookup)
         self._index_py = [{v: i for i, v in enumerate(vals)} for vals in self._values_py]
+        #: per axis, lattice value -> its index times the axis's padded stride: the sum over a
+        #: point's axes is its cell's index in ``lat_py`` / ``state_py`` when every value is a
+        #: lattice value (``MISSING_OFFSET`` for one that is not keeps the sum negative)
+        self.offsets_py = [{v: i * s for i, v in enumerate(vals)} for vals, s in zip(self._values_py, self._pstrides)]
         # per axis, what the scalar lookup reads, in one tuple: (values, value -> index, padded
         # stride, lowest, highest, curvature, blend coordinates, their inverse steps)
         self._axes_py = [(vals, index, pstride, vals[0], vals[-1], k, u, inv) for vals, index, pstride, k, u, inv
                          in zip(self._values_py, self._index_py, self._pstrides, self.curvature, self._u_py,
                                 self._inv_py)]
-        self._exact: dict[tuple[int, ...], float] | None = None
-        self._exact_complete = False
 
     # -- scalar lookup --------------------------------------------------------------------
-
-    def exact_index(self) -> dict[tuple[int, ...], float]:
-        """Every measured cell, as its axis values (a tuple of ints) -> the stored latency (what
-        :meth:`lookup` returns for it): an exact hit is one dict lookup. Built on first use;
-        empty for a grid of more than :data:`_EXACT_INDEX_MAX` measured cells (there
-        :meth:`lookup_indexed` searches each axis's values)."""
-        index = self._exact
-        if index is None:
-            index = {}
-            self._exact_complete = False
-            measured = np.flatnonzero(self.state.ravel() == MEASURED_CELL)
-            if measured.size <= _EXACT_INDEX_MAX:
-                sub = np.unravel_index(measured, self.shape)
-                # the lattice's own int objects (shared by the keys), the stored latencies
-                keys = zip(*[[vals[i] for i in s.tolist()] for vals, s in zip(self._values_py, sub)])
-                index = dict(zip(keys, self.latency.ravel()[measured].tolist()))
-                self._exact_complete = True
-            self._exact = index
-        return index
-
-    def lookup_indexed(self, point: Sequence[float]) -> Lookup:
-        """:meth:`lookup` of a point that :meth:`exact_index` does not hold."""
-        return self._lookup(point) if self._exact_complete else self.lookup(point)
 
     def lookup(self, point: Sequence[float]) -> Lookup:
         """Latency at ``point`` (one value per axis, in ``self.axes`` order)."""
@@ -374,11 +354,13 @@ class Grid:
             if a == self.heads_pos:
                 heads = (self._values_py[a][i],)
         else:
-            if self._state_py[base] == MEASURED_CELL:
-                return Lookup(self._lat_py[base], EXACT, 0.0, heads, ())
-        return self._lookup(point)
+            if self.state_py[base] == MEASURED_CELL:
+                return Lookup(self.lat_py[base], EXACT, 0.0, heads, ())
+        return self.lookup_general(point)
 
-    def _lookup(self, point: Sequence[float]) -> Lookup:
+    def lookup_general(self, point: Sequence[float]) -> Lookup:
+        """:meth:`lookup` without its exact-hit fast path (the same answer: a point on a
+        measured cell is that cell here too)."""
         outside: list[str] | None = None
         proj_dist = 0.0
         clipped: list[float] | None = None
@@ -415,9 +397,9 @@ class Grid:
                 parts.append((pstride, t))
             if a == heads_pos:
                 heads_used = (vals[i],) if t == 0.0 else (vals[i], vals[i + 1])
-        lat, dist = self._lat_py, self._dist_py
+        lat, dist = self.lat_py, self._dist_py
         if not parts:
-            if outside is None and self._state_py[base] == MEASURED_CELL:
+            if outside is None and self.state_py[base] == MEASURED_CELL:
                 return Lookup(lat[base], EXACT, 0.0, heads_used, ())
             spent = dist[base] if dist[base] > 0.0 else 0.0
             value = lat[base]
@@ -497,7 +479,7 @@ class Grid:
                     continue
             value, step = vals[i], i * pstride
             corners = [(f + step, (*v, value)) for f, v in corners]
-        state = self._state_py
+        state = self.state_py
         return [v for f, v in corners if state[f] == MEASURED_CELL]
 
     # -- vectorised lookup ----------------------------------------------------------------

@@ -34,7 +34,18 @@ from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
 from .families.base import HEADS, TP, PointTest, Tier
-from .interp import EXACT, EXTRAPOLATION_LIMIT, INTERPOLATED, KIND_NAMES, REFUSED, Grid, Lookup, sorted_unique
+from .interp import (
+    EXACT,
+    EXTRAPOLATION_LIMIT,
+    INTERPOLATED,
+    KIND_NAMES,
+    MEASURED_CELL,
+    MISSING_OFFSET,
+    REFUSED,
+    Grid,
+    Lookup,
+    sorted_unique,
+)
 from .resolve import derive
 from .roofline import AxisWork, gpu_spec
 from .versions import version_key
@@ -133,24 +144,23 @@ class _Plan:
     lane_plans: dict[str, _Plan] = field(default_factory=dict)
     lane_rule: str | None = None
     #: What a single query's fast path reads per axis, in axis order: (field name, low, high,
-    #: the value when the field is left out or None). The heads axis reads no field: its name is
-    #: None (never a field's) and its value the plan's local count.
-    axis_checks: tuple[tuple[str | None, int, int, int | None], ...] = field(init=False, repr=False)
+    #: the value when the field is left out or None, the grid's offsets of the axis's lattice
+    #: values: Grid.offsets_py). The heads axis reads no field: its name is None (never a
+    #: field's) and its value the plan's local count.
+    axis_checks: tuple[tuple[str | None, int, int, int | None, dict[int, int]], ...] = field(init=False, repr=False)
     #: (field name, point position) of the axes an answer's fields echo (all but heads).
     echoed: tuple[tuple[str, int], ...] = field(init=False, repr=False)
-    #: The grid's exact-hit index (Grid.exact_index), taken on the first single query.
-    exact: dict[tuple[int, ...], float] | None = field(default=None, init=False, repr=False)
     #: The quality findings of the plan's group (QueryEngine._quality_found), once looked up.
     quality_found: Any = field(default=_UNSET, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        checks: list[tuple[str | None, int, int, int | None]] = []
-        for name in self.axis_fields:
+        checks: list[tuple[str | None, int, int, int | None, dict[int, int]]] = []
+        for name, offsets in zip(self.axis_fields, self.grid.offsets_py):
             if name == HEADS:
-                checks.append((None, 1, 0, None if self.local is None else int(self.local)))
+                checks.append((None, 1, 0, None if self.local is None else int(self.local), offsets))
             else:
                 rng = limits.range_of(name)
-                checks.append((name, rng.low, rng.high, self.fixed.get(name)))
+                checks.append((name, rng.low, rng.high, self.fixed.get(name), offsets))
         self.axis_checks = tuple(checks)
         self.echoed = tuple((name, i) for i, name in enumerate(self.axis_fields) if name != HEADS)
 
@@ -366,31 +376,30 @@ class QueryEngine:
         # plan fixes it); anything else (a string, a float, a bool, None, out of range) is parsed
         # or refused by the reference path, answer_of
         point = []
-        for name, low, high, fixed in plan.axis_checks:
+        cell = 0  # the point's cell in the grid's padded lattice, when every value is a lattice value
+        for name, low, high, fixed, offsets in plan.axis_checks:
             value = fields.get(name)  # type: ignore[arg-type]  # None: the heads axis (never a field's name)
             if type(value) is int and low <= value <= high:
-                point.append(value)
+                pass
             elif value is None and fixed is not None:
-                point.append(fixed)
+                value = fixed
             else:
                 return self.answer_of(plan, fields, quality=quality, diagnose=diagnose)
+            point.append(value)
+            cell += offsets.get(value, MISSING_OFFSET)
         grid = plan.grid
-        exact = plan.exact
-        if exact is None:
-            exact = plan.exact = grid.exact_index()
         t = plan.template
         # a shallow copy of the template (its attribute dict copied whole), the point's part set
         answer = object.__new__(Answer)
         values = answer.__dict__ = t.__dict__.copy()
-        latency = exact.get(tuple(point))
-        exact_hit = latency is not None
+        exact_hit = cell >= 0 and grid.state_py[cell] == MEASURED_CELL
         if exact_hit:  # a measured cell: its stored latency, as the lookup returns it
-            values["latency_ms"] = latency
+            values["latency_ms"] = grid.lat_py[cell]
             values["kind"] = "exact"
             if grid.heads_pos >= 0:
                 values["locals_used"] = (point[grid.heads_pos],)
         else:
-            found = grid.lookup_indexed(point)
+            found = grid.lookup_general(point)
             if found.kind == REFUSED:
                 return self.answer_of(plan, fields, quality=quality, diagnose=diagnose)
             values["latency_ms"] = found.latency_ms
@@ -662,7 +671,7 @@ class QueryEngine:
         the latencies are the same bit for bit (tests/test_query.py compares them)."""
         point = []
         ndim = 0
-        for name, low, high, fixed in plan.axis_checks:
+        for name, low, high, fixed, _ in plan.axis_checks:
             if name is None:  # the heads axis: the plan's local count unless an array gives it
                 if HEADS in arrays or fixed is None:
                     return None

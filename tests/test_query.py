@@ -324,6 +324,11 @@ DSV4_GEN = dict(table="dsv4_csa_generation_module", system="h200_sxm", backend="
                 native_heads=64, kernel_source="compressed_flashmla", mla_dtype="bfloat16",
                 kv_cache_dtype="fp8_e4m3", gemm_type="bfloat16", compress_ratio=4)
 
+#: A table whose backend picks the kernel by shape (a lane rule): isl + step past 2048 runs the
+#: indexer lane, a grid of its own.
+DSA_LANES = dict(table="dsa_context_module", system="h200_sxm", backend="sglang", version="0.5.14",
+                 model="deepseek-ai/DeepSeek-V3.2", tp_size=8, isl=1024, step=0)
+
 
 def _outcome(call, *args, **kwargs) -> tuple:
     """An answer as its kind, its dict's text (latency as hex: every bit) and the types of its
@@ -374,7 +379,8 @@ def _variants(db: modperf.Database, base: dict, heads: list[int]) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("base,heads", [(MLA_TRTLLM, []), (DSV4_GEN, [8, 12, 16])])
+@pytest.mark.parametrize("base,heads", [(MLA_TRTLLM, []), (DSV4_GEN, [8, 12, 16]), (DSA_LANES, []),
+                                        (dict(DSA_LANES, isl=4096), [])])
 def test_single_queries_answer_as_the_reference_path(db: modperf.Database, base: dict, heads: list[int]) -> None:
     """``query`` (the fast path where every axis value is a plain int in its range, through the
     cached plan and the exact-hit index) against the reference path (a freshly resolved plan,
@@ -383,7 +389,13 @@ def test_single_queries_answer_as_the_reference_path(db: modperf.Database, base:
     engine = db.queries
     kinds: dict[str, int] = {}
     notes = 0
-    for q in _variants(db, base, heads):
+    queries = _variants(db, base, heads)
+    if base["table"] == DSA_LANES["table"]:  # every cell of the first lane's lattice near the lanes' boundary
+        grid = engine.grid(base)
+        axes = dict(zip(grid.axes, grid._values_py))
+        queries += [dict(base, batch_size=b, isl=i, step=p) for b in axes["batch_size"][:3]
+                    for i in axes["isl"][-4:] for p in axes["step"]]
+    for q in queries:
         for quality in (True, False):
             for diagnose in (True, False):
                 fast = _outcome(engine.query, q, quality=quality, diagnose=diagnose)
@@ -400,6 +412,10 @@ def test_single_queries_answer_as_the_reference_path(db: modperf.Database, base:
     assert {"exact", "interpolated", "extrapolated", "OutOfCoverageError", "QueryFieldError"} <= set(kinds)
     if base is DSV4_GEN:
         assert notes > 0  # exact and blended answers with quality notes
+    if base["table"] == DSA_LANES["table"]:  # both lanes answered (points of either lane's lattice)
+        lanes = {engine.query(q).lane["kernel_source"] for q in _variants(db, base, heads)[:60]
+                 if _outcome(engine.query, q)[0] in ("exact", "interpolated", "extrapolated")}
+        assert lanes == {"sglang_dsa_dense_mha_fa3", "sglang_dsa_indexer_flashmla_sparse"}
 
 
 def test_query_many_of_one_point_answers_as_the_vectorised_path(db: modperf.Database) -> None:

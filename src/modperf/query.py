@@ -143,6 +143,8 @@ class _Plan:
     lanes: list[tuple[str, PointTest, str]] | None = None
     lane_plans: dict[str, _Plan] = field(default_factory=dict)
     lane_rule: str | None = None
+    #: Each lane's plan with its answers labelled by the lane (lane_for), made on first use.
+    lane_answers: dict[str, _Plan] = field(default_factory=dict, init=False, repr=False)
     #: What a single query's fast path reads per axis, in axis order: (field name, low, high,
     #: the value when the field is left out or None, the grid's offsets of the axis's lattice
     #: values: Grid.offsets_py). The heads axis reads no field: its name is None (never a
@@ -169,9 +171,12 @@ class _Plan:
         assert self.lanes is not None
         for lane, test, reason in self.lanes:
             if test(point):
-                sub = self.lane_plans[lane]
-                template = replace(sub.template, lane={"kernel_source": lane, "rule": reason})
-                return replace(sub, template=template)
+                plan = self.lane_answers.get(lane)
+                if plan is None:  # once per lane (the answer's lane part is the same for every point)
+                    sub = self.lane_plans[lane]
+                    template = replace(sub.template, lane={"kernel_source": lane, "rule": reason})
+                    plan = self.lane_answers[lane] = replace(sub, template=template)
+                return plan
         raise AssertionError("lane tests cover every point")
 
 
@@ -369,9 +374,7 @@ class QueryEngine:
         findings on the measured points it stands on. ``diagnose=False`` refuses a point outside
         the grid without searching for the nearest measured points (a caller trying several
         kernels asks again, diagnosed, only when every one refuses)."""
-        plan = self._cached_plan(fields)
-        if plan.lanes is not None:
-            return self.answer_of(plan, fields, quality=quality, diagnose=diagnose)
+        plan = asked = self._cached_plan(fields)
         # the fast path: every axis value a plain int inside its range (or left out where the
         # plan fixes it); anything else (a string, a float, a bool, None, out of range) is parsed
         # or refused by the reference path, answer_of
@@ -384,9 +387,14 @@ class QueryEngine:
             elif value is None and fixed is not None:
                 value = fixed
             else:
-                return self.answer_of(plan, fields, quality=quality, diagnose=diagnose)
+                return self.answer_of(asked, fields, quality=quality, diagnose=diagnose)
             point.append(value)
             cell += offsets.get(value, MISSING_OFFSET)
+        if plan.lanes is not None:  # the lane the backend runs here (its grid: the cell again)
+            plan = plan.lane_for(dict(zip(plan.axis_fields, point)))
+            cell = 0
+            for check, value in zip(plan.axis_checks, point):
+                cell += check[4].get(value, MISSING_OFFSET)
         grid = plan.grid
         t = plan.template
         # a shallow copy of the template (its attribute dict copied whole), the point's part set
@@ -401,7 +409,7 @@ class QueryEngine:
         else:
             found = grid.lookup_general(point)
             if found.kind == REFUSED:
-                return self.answer_of(plan, fields, quality=quality, diagnose=diagnose)
+                return self.answer_of(asked, fields, quality=quality, diagnose=diagnose)
             values["latency_ms"] = found.latency_ms
             values["kind"] = KIND_NAMES[found.kind]
             if found.heads_used:

@@ -11,7 +11,10 @@ Rows:
 
 - cold process, one family's context + generation query (MLA module trtllm, GQA sglang, DSV4 CSA
   sglang, h200_sxm): modperf with its persisted cache warm (the cache of an earlier process),
-  and with ``cache=False`` (every table keyed from its file, as a first-ever run);
+  and with ``cache=False`` (every table keyed from its file, as a first-ever run), each tree
+  (``--before``) both ways; beside them the cheapest read of the same files (a process importing
+  ``pyarrow.parquet`` and reading them as ParquetFile with dictionary strings), the yardstick of
+  a cold query's peak RSS;
 - cold process, one query on each attention table of h200_sxm that the tool can be asked about
   (one slot per table);
 - library import (``import modperf`` vs ``import aiconfigurator_core``, and the floor
@@ -22,7 +25,7 @@ Rows:
 - a database holding every table that loads: resident memory it adds, per row stored;
 - ``query --batch`` lines per second (a file of mixed MLA context/generation lines).
 
-    python bench/cold.py [--runs 5] [--single 400]
+    python bench/cold.py [--runs 5] [--single 400] [--before OTHER/src] [--only-cold]
 
 Prints one table; asserts nothing.
 """
@@ -206,6 +209,17 @@ print(json.dumps({"on": on, "off": off, "many": ts[len(ts) // 2] / 1000}))
 """
 
 
+#: The yardstick of a cold query's memory: the files it answers from read as cheaply as pyarrow
+#: reads them (ParquetFile, strings as dictionaries), in a process that imports nothing else.
+CHEAPEST_READ = """
+import json, sys
+import pyarrow.parquet as pq
+for path in json.loads(sys.argv[1]):
+    names = [f.name for f in pq.read_schema(path) if str(f.type) == "string"]
+    pq.ParquetFile(path, read_dictionary=names).read()
+"""
+
+
 DATABASE_CHILD = """
 import json, sys
 import modperf
@@ -357,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-check", action="store_true", help="leave out the whole-corpus check row")
     parser.add_argument("--skip-database", action="store_true", help="leave out the all-tables database row")
     parser.add_argument("--only-batch", action="store_true", help="only the query --batch rows")
+    parser.add_argument("--only-cold", action="store_true",
+                        help="only the cold process and import rows (and the cheapest read of their files)")
     parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
     args = parser.parse_args(argv)
 
@@ -396,20 +412,25 @@ def main(argv: list[str] | None = None) -> int:
     def add(name: str, result: tuple[float, float]) -> None:
         variants.setdefault(name, []).append(result)
 
-    # fill the cache once (what an earlier process leaves behind)
-    for _, pairs in family_rows:
-        modperf_cold([f for _, (f, _) in pairs], True, cache_dir)
+    # fill the cache once per tree (what an earlier process leaves behind)
+    for _, src in trees:
+        for _, pairs in family_rows:
+            modperf_cold([f for _, (f, _) in pairs], True, cache_dir, src)
     if args.only_batch:
         return print_table(batch_rows(args, db, family_rows, trees, cache_dir), args, skipped, cache_dir)
-    modperf_cold([f for _, (f, _) in every.values()], True, cache_dir)
+    for _, src in trees:
+        modperf_cold([f for _, (f, _) in every.values()], True, cache_dir, src)
     for _ in range(args.runs):
         for label, pairs in [*family_rows, ("all", list(every.values()))]:
             queries = [f for _, (f, _) in pairs]
             add(f"{label}/tool", tool_cold(root, tool_requests([(r, q) for r, (_, q) in pairs])))
             add(f"{label}/modperf", modperf_cold(queries, True, cache_dir))
             add(f"{label}/modperf-nocache", modperf_cold(queries, False, cache_dir))
+            add(f"{label}/read", spawn([sys.executable, "-c", CHEAPEST_READ,
+                                        json.dumps(sorted({str(r.path) for r, _ in pairs}))])[:2])
             if args.before:
-                add(f"{label}/before", modperf_cold(queries, False, cache_dir, trees[1][1]))
+                add(f"{label}/before", modperf_cold(queries, True, cache_dir, trees[1][1]))
+                add(f"{label}/before-nocache", modperf_cold(queries, False, cache_dir, trees[1][1]))
         add("import/floor", spawn([sys.executable, "-c", "import numpy, pyarrow.parquet"])[:2])
         add("import/tool", spawn([sys.executable, "-c", "import aiconfigurator_core"])[:2])
         for name, src in trees:
@@ -433,16 +454,26 @@ def main(argv: list[str] | None = None) -> int:
         title = (f"cold process, {label} context + generation" if label != "all" else
                  f"cold process, one query on each of {len(every)} attention tables of {SYSTEM} ({len(every)}/"
                  f"{len(every)} answered)")
+        read_rss = statistics.median(mib(f"{label}/read"))
         rows.append((title, proc(f"{label}/tool"),
                      f"cache: {proc(label + '/modperf')}; no cache: {proc(label + '/modperf-nocache')}",
-                     proc(f"{label}/before") if args.before else "-",
+                     f"cache: {proc(label + '/before')}; no cache: {proc(label + '/before-nocache')}"
+                     if args.before else "-",
                      f"{ratio(label + '/modperf', label + '/tool')} (no cache "
                      f"{ratio(label + '/modperf-nocache', label + '/tool')})"
-                     + (f"; before {ratio(label + '/before', label + '/tool')}" if args.before else "")))
+                     + (f"; before {ratio(label + '/before', label + '/tool')} (no cache "
+                        f"{ratio(label + '/before-nocache', label + '/tool')})" if args.before else "")
+                     + f"; peak RSS, cache / the cheapest read of its files ({proc(label + '/read')}): "
+                     f"{statistics.median(mib(label + '/modperf')) / read_rss:.2f}"
+                     + (f" (before {statistics.median(mib(label + '/before')) / read_rss:.2f})"
+                        if args.before else "")))
     rows.append(("library import (floor: import numpy, pyarrow.parquet " + proc("import/floor") + ")",
                  proc("import/tool"), proc("import/modperf"), proc("import/before") if args.before else "-",
                  f"{ratio('import/modperf', 'import/tool')}; vs floor {ratio('import/modperf', 'import/floor')}"
                  + (f" (before {ratio('import/before', 'import/floor')})" if args.before else "")))
+
+    if args.only_cold:
+        return print_table(rows, args, skipped, cache_dir)
 
     # warm single queries and query_many: each tree in its own process, the tool in its own
     here = modperf.open()

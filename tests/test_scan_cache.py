@@ -8,6 +8,7 @@ out (``settle``) after each change; the rule itself is the same."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import pytest
 from tests.helpers import run_cli
 
 import modperf
-from modperf import cache, scan_cache
+from modperf import cache, roofline, scan_cache
 from modperf import errors as E
 from modperf.catalog import Catalog, embedded_data_root
 
@@ -322,6 +323,7 @@ def test_records_are_bounded(tmp_path: Path, cache_dir: Path, short_window: None
 _CHILD = """
 import json, sys
 import modperf
+from modperf.roofline import gpu_spec
 def heavy():
     return sorted(m for m in sys.modules if m.split(".")[0] in ("pyarrow", "yaml")
                   or m in ("modperf.reader", "modperf.validate", "modperf.conventions", "modperf.codes",
@@ -329,14 +331,14 @@ def heavy():
 db = modperf.open()
 opened = heavy()
 latency = db.answer(json.loads(sys.argv[1]), quality=False).latency_ms.hex()
-print(json.dumps({"latency": latency, "opened": opened, "answered": heavy()}))
+print(json.dumps({"latency": latency, "opened": opened, "answered": heavy(), "gpu": repr(gpu_spec("h200_sxm"))}))
 """
 
 
-def test_a_process_answering_from_the_cache_reads_no_parquet(cache_dir: Path) -> None:
-    """Its tables come from keyed-table entries, its catalog from the scan record: it imports
-    neither pyarrow nor reading, validation or conventions, and opening the database parses no
-    YAML (the answer reads the system's GPU spec file); the answer is the same."""
+def test_a_process_answering_from_the_cache_reads_no_parquet_and_no_yaml(cache_dir: Path) -> None:
+    """Its tables come from keyed-table entries, its catalog and the GPU spec documents from
+    the scan record: it imports neither pyarrow nor yaml, nor reading, validation or
+    conventions; the answer and the GPU spec are the same."""
     fields = {"table": "mla_context_module", "system": "h200_sxm", "backend": "trtllm", "version": "1.3.0rc20",
               "model": "deepseek-ai/DeepSeek-V3", "tp_size": 8, "batch_size": 4, "isl": 1024}
     want = modperf.open(cache=False).answer(fields, quality=False).latency_ms.hex()
@@ -347,7 +349,51 @@ def test_a_process_answering_from_the_cache_reads_no_parquet(cache_dir: Path) ->
         assert r.returncode == 0, r.stderr
     first, second = (json.loads(r.stdout) for r in runs)
     assert first["latency"] == second["latency"] == want
+    assert first["gpu"] == second["gpu"] and "from_file=True" in first["gpu"]
     assert "yaml" in first["opened"]  # the first process scanned the corpus (reuse.yaml)
     assert "pyarrow" in first["answered"]  # and keyed the table from its file
-    assert second["opened"] == []
-    assert [m for m in second["answered"] if not m.startswith("yaml")] == []
+    assert second["opened"] == second["answered"] == []
+
+
+def test_a_spec_document_is_handed_over_only_for_the_same_text(tmp_path: Path) -> None:
+    spec = tmp_path / "x_sxm.yaml"
+    text = f"gpu:\n  mem_bw: 1.0e+12\n  bfloat16_tc_flops: 2.0e+15\n# {tmp_path}\n"
+    spec.write_text(text)
+    parsed = roofline.spec_document(text)
+    assert parsed == {"gpu": {"mem_bw": 1.0e12, "bfloat16_tc_flops": 2.0e15}}
+    edited = text.replace("1.0e+12", "3.0e+12")
+    documents = [[str(spec), scan_cache._sidecar_digest(text.encode()), cache._plain({"gpu": {"mem_bw": 7.0}})]]
+    spec.write_text(edited)
+    scan_cache._hand_over_documents(documents)
+    assert edited not in roofline._DOCUMENTS  # the file changed: nothing handed over
+    assert roofline.spec_document(edited) == {"gpu": {"mem_bw": 3.0e12, "bfloat16_tc_flops": 2.0e15}}
+    again = text.replace("# ", "# again ")
+    spec.write_text(again)
+    documents = [[str(spec), scan_cache._sidecar_digest(again.encode()), cache._plain({"gpu": {"mem_bw": 7.0}})]]
+    scan_cache._hand_over_documents(documents)
+    assert roofline.spec_document(again) == {"gpu": {"mem_bw": 7.0}}  # the same text: taken as remembered
+
+
+@pytest.mark.parametrize("value, exact", [
+    ({"a": [1, 2.5, "x", None, True]}, True), ({1: "int key", "t": (1, 2)}, True), ({"a": float("nan")}, True),
+    ({"a": {"b": datetime.date(2026, 1, 1)}}, False), ({"a": b"bytes"}, False),
+])
+def test_only_documents_json_holds_exactly_are_remembered(value, exact: bool) -> None:
+    tagged = cache._plain(value)
+    assert scan_cache._exact_json(tagged) is exact
+    if exact:
+        back = cache._unplain(json.loads(json.dumps(tagged)))
+        assert repr(back) == repr(value)
+
+
+def test_the_corpus_spec_documents_are_remembered(cache_dir: Path) -> None:
+    """Every system of the corpus with a spec file: the documents come back equal to a parse."""
+    scan_cache.scan()
+    data = scan_cache.record_path(embedded_data_root(), cache_dir).read_bytes()
+    documents = json.loads(data[len(scan_cache.MAGIC):-32])["documents"]
+    systems = {r.system for r in Catalog.scan().files}
+    assert {Path(f).stem for f, _, _ in documents} == {s for s in systems
+                                                      if (embedded_data_root().parent / f"{s}.yaml").is_file()}
+    for file, _, tagged in documents:
+        parsed = roofline.spec_document(Path(file).read_text())
+        assert repr(cache._unplain(tagged)) == repr(parsed)

@@ -20,6 +20,12 @@ the scan could leave it unchanged). The record holds modperf's version and a dig
 scan's code, and a BLAKE2b digest of all of its bytes: a record of another release, truncated or
 altered is scanned again and replaced.
 
+**GPU spec documents.** A query's grid reads its system's GPU spec file (YAML, through
+:func:`modperf.roofline.gpu_spec`). The record keeps the parsed document of each system's spec
+file with a digest of its text; a process served by the record hands a document to gpu_spec
+only while the file still holds that text (read and compared once per process), so it needs no
+YAML parser; a changed file is parsed as always.
+
 Failures degrade like the keyed-table cache (:mod:`modperf.cache`): a record that cannot be
 read is a scan, one that cannot be written is a note. The cache's switches turn this off too
 (``cache=False``, ``--no-cache``, ``MODPERF_NO_CACHE``).
@@ -31,6 +37,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -40,8 +47,10 @@ from typing import Any, BinaryIO
 from . import atomic
 from . import cache as keyed_cache
 from ._meta import __version__
-from .catalog import Catalog, Reuse, VersionFolder, resolve_data_root, scan_folders
+from .catalog import Catalog, Reuse, VersionFolder, embedded_systems_dir, resolve_data_root, scan_folders
 from .errors import ModperfError
+from .jsonio import dumps
+from .roofline import known_document, spec_document
 
 FORMAT = 1
 MAGIC = b"MODPERF-CATALOG\x01"
@@ -54,7 +63,7 @@ RACY_NS = 2_000_000_000
 MAX_RECORDS = 32
 _DIGEST = 32
 #: The code whose behaviour a record stands for.
-_SOURCES = ("catalog.py", "scan_cache.py", "atomic.py", "limits.py", "_meta.py")
+_SOURCES = ("catalog.py", "scan_cache.py", "atomic.py", "limits.py", "roofline.py", "jsonio.py", "_meta.py")
 
 
 @functools.cache
@@ -131,14 +140,63 @@ def record_path(root: Path, folder: Path | None = None) -> Path:
     return (folder or keyed_cache.cache_dir()) / FOLDER / (h.hexdigest() + SUFFIX)
 
 
+def _exact_json(value: Any) -> bool:
+    """Whether JSON gives ``value`` back as it is (types included)."""
+    kind = type(value)
+    if value is None or kind in (str, bool, int):
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is list:
+        return all(_exact_json(v) for v in value)
+    if kind is dict:
+        return all(type(k) is str and _exact_json(v) for k, v in value.items())
+    return False
+
+
+def _spec_documents(systems: set[str]) -> list[list[Any]]:
+    """[file, digest of its text, document] of the GPU spec file of each system (what
+    :func:`modperf.roofline.gpu_spec` reads), each document tagged so that it comes back as it
+    was (integer keys, tuples; :func:`modperf.cache._plain`) where JSON can hold it exactly."""
+    try:
+        folder = embedded_systems_dir()
+    except Exception:  # no embedded corpus: gpu_spec reads no file either
+        return []
+    out = []
+    for system in sorted(systems):
+        path = folder / f"{system}.yaml"
+        try:
+            if not path.is_file():
+                continue
+            text = path.read_text()
+        except (OSError, ValueError):
+            continue
+        tagged = keyed_cache._plain(spec_document(text))
+        if _exact_json(tagged):
+            out.append([str(path), _sidecar_digest(text.encode()), tagged])
+    return out
+
+
+def _hand_over_documents(documents: list[list[Any]]) -> None:
+    """Give gpu_spec the remembered documents whose files still hold the same text."""
+    for file, digest, tagged in documents:
+        try:
+            text = Path(file).read_text()
+        except (OSError, ValueError):
+            continue
+        if _sidecar_digest(text.encode()) == digest:
+            known_document(text, keyed_cache._unplain(tagged))
+
+
 def encode(catalog_folders: list[VersionFolder], recorder: Recorder, root: Path) -> bytes:
     versions = []
     for f in catalog_folders:
         versions.append([f.system, f.family_dir, f.backend, f.version,
                          sorted([stem, path.name] for stem, path in f.files.items()),
                          sorted([stem, r.from_version, r.reason, r.approved_by] for stem, r in f.reuse.items())])
-    body = json.dumps({"identity": _identity(root), "folders": recorder.folders, "sidecars": recorder.sidecars,
-                       "versions": versions}, separators=(",", ":")).encode()
+    documents = _spec_documents({f.system for f in catalog_folders})
+    body = dumps({"identity": _identity(root), "folders": recorder.folders, "sidecars": recorder.sidecars,
+                  "versions": versions, "documents": documents}, separators=(",", ":")).encode()
     text = MAGIC + body
     return text + hashlib.blake2b(text, digest_size=_DIGEST).digest()
 
@@ -179,7 +237,9 @@ def decode(data: bytes, root: Path) -> Catalog | None:
         folders.append(VersionFolder(path, system, family_dir, backend, version,
                                      files={stem: path / name for stem, name in files},
                                      reuse={stem: Reuse(*r) for stem, *r in reuse}))
-    return Catalog.of_folders(root, folders, [])
+    catalog = Catalog.of_folders(root, folders, [])
+    _hand_over_documents(doc["documents"])
+    return catalog
 
 
 # --- the cache --------------------------------------------------------------------------------

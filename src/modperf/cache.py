@@ -440,6 +440,8 @@ def evict(folder: Path, keep: Path | None = None, bound: int | None = None) -> i
 
 @dataclass
 class Entry:
+    """One cache entry: its file, size, and the table file and rows it keys."""
+
     file: Path
     bytes: int
     source: str | None
@@ -451,6 +453,8 @@ class Entry:
 
 @dataclass
 class CacheInfo:
+    """What a cache folder holds (``modperf cache info``)."""
+
     location: Path
     exists: bool
     enabled: bool

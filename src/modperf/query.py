@@ -34,7 +34,6 @@ from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
 from .families.base import HEADS, TP, PointTest, Tier
 from .interp import EXTRAPOLATION_LIMIT, KIND_NAMES, REFUSED, Grid, Lookup, sorted_unique
-from .resolve import derive
 from .roofline import AxisWork, gpu_spec
 from .versions import version_key
 
@@ -587,6 +586,8 @@ class QueryEngine:
         layer_native = native_q
         if config is not None:
             layer = fields.get("layer")
+            from .resolve import derive  # on use: only a question naming a model derives its fields
+
             d = derive(config, family, table, spec.phase, set(index.group_names) | set(spec.axes), tp=tp_v,
                        layer=None if layer is None else str(layer), given=given)
             layer_native = d.native

@@ -42,6 +42,8 @@ DEFAULT_NODE = {"num_gpus_per_node": 8, "intra_node_bw": 450e9, "inter_node_bw":
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """One system's GPU: tensor-core peaks, memory bandwidth and size, and its node's links."""
+
     name: str
     bf16_flops: float
     fp8_flops: float

@@ -311,6 +311,8 @@ def _record_files(folder: Path) -> list[Path]:
 
 @dataclass
 class Record:
+    """One remembered scan: its file, size and data root."""
+
     file: Path
     bytes: int
     root: str | None

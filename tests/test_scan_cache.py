@@ -261,6 +261,23 @@ def test_a_damaged_record_is_scanned_again_and_replaced(root: Path, cache_dir: P
     assert entry.read_bytes() == good  # rewritten whole (the same scan, the same record)
 
 
+def test_a_relative_root_is_recorded_as_its_folder(root: Path, cache_dir: Path, short_window: None,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same relative name from another working folder is another data root."""
+    other = root.parent / "elsewhere" / "root"
+    shutil.copytree(root / MLA, other / MLA)
+    settle()
+    monkeypatch.chdir(root.parent)
+    first = scan_cache.scan("root")
+    assert first.root == Path("root") and len(first.slots) == len(Catalog.scan(root).slots)
+    monkeypatch.chdir(other.parent)
+    found = scan_cache.scan("root")
+    same(found, Catalog.scan("root"))
+    assert len(found.slots) == 2 and len(records(cache_dir)) == 2
+    monkeypatch.chdir(root.parent)
+    same(recorded(Path("root"), cache_dir), Catalog.scan("root"))
+
+
 def test_no_cache_means_no_record(root: Path, cache_dir: Path, short_window: None,
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     settle()

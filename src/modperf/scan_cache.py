@@ -131,12 +131,14 @@ class Recorder:
 
 
 def _identity(root: Path) -> dict[str, Any]:
-    return {"format": FORMAT, "code": code_fingerprint(), "root": str(root)}
+    # the root as an absolute path (a relative one names another folder from another working
+    # folder); the catalog's paths stay as the caller gave the root, as a scan's do
+    return {"format": FORMAT, "code": code_fingerprint(), "root": os.path.abspath(root)}
 
 
 def record_path(root: Path, folder: Path | None = None) -> Path:
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{root}\0{code_fingerprint()}".encode())
+    h.update(f"{os.path.abspath(root)}\0{code_fingerprint()}".encode())
     return (folder or keyed_cache.cache_dir()) / FOLDER / (h.hexdigest() + SUFFIX)
 
 

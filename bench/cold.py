@@ -3,7 +3,8 @@
 Every row of the issue's table, measured in one run, interleaved (run k of every variant before
 run k+1 of any), ``--runs`` times; a cell is the median with the spread (min-max) of the runs.
 Process rows time a fresh interpreter from spawn to exit and read its peak RSS from the kernel
-(``wait4``). The tool (aiconfigurator-core, the wheel modperf reads its corpus from) runs only in
+(``wait4``); the cold and import rows give its CPU time (user + system) too, and each ratio both
+ways (on a shared machine the wall time includes waiting for a core). The tool (aiconfigurator-core, the wheel modperf reads its corpus from) runs only in
 child processes: its cold rows through ``bench/aiconfigurator_child.py``, its warm query through
 a small timing script given to a child interpreter; modperf never imports it.
 
@@ -116,36 +117,46 @@ def spawn(cmd: list[str], stdin: str | None = None, env: dict[str, str] | None =
           ok: tuple[int, ...] = (0,)) -> tuple[float, float, str]:
     """(seconds, peak RSS MiB, stdout) of one child process. GNU time starts it and reports its
     peak RSS (a child forked from this process directly would count this process's pages)."""
+    seconds, rss, _, out = spawn_cpu(cmd, stdin, env, ok)
+    return seconds, rss, out
+
+
+def spawn_cpu(cmd: list[str], stdin: str | None = None, env: dict[str, str] | None = None,
+              ok: tuple[int, ...] = (0,)) -> tuple[float, float, float, str]:
+    """:func:`spawn` with the child's CPU seconds (user + system, from GNU time) third: on a
+    shared machine its wall time includes waiting for a core, its CPU time far less."""
     start = time.perf_counter()
-    proc = subprocess.run([TIME, "-f", "MODPERF_RSS_KB %M", *cmd], input=stdin, capture_output=True, text=True,
-                          env=env or ENV)
+    proc = subprocess.run([TIME, "-f", "MODPERF_RSS_KB %M %U %S", *cmd], input=stdin, capture_output=True,
+                          text=True, env=env or ENV)
     seconds = time.perf_counter() - start
     if proc.returncode not in ok:
         raise RuntimeError(f"{' '.join(cmd[:3])} exited {proc.returncode}: {proc.stderr[-800:]}")
-    rss = [line for line in proc.stderr.splitlines() if line.startswith("MODPERF_RSS_KB ")]
-    return seconds, int(rss[-1].split()[1]) / 1024.0, proc.stdout
+    last = [line for line in proc.stderr.splitlines() if line.startswith("MODPERF_RSS_KB ")][-1].split()
+    return seconds, int(last[1]) / 1024.0, float(last[2]) + float(last[3]), proc.stdout
 
 
 def env_for(src: str, cache_dir: str) -> dict[str, str]:
     return {**_BASE_ENV, "PYTHONPATH": src + os.pathsep + str(BENCH), "MODPERF_CACHE_DIR": cache_dir}
 
 
-def modperf_cold(queries: list[dict[str, Any]], cache: bool, cache_dir: str, src: str = SRC) -> tuple[float, float]:
+def modperf_cold(queries: list[dict[str, Any]], cache: bool, cache_dir: str,
+                 src: str = SRC) -> tuple[float, float, float]:
     env = env_for(src, cache_dir)
-    s, rss, out = spawn([sys.executable, "-c", MODPERF_CHILD, json.dumps(queries), json.dumps(cache)], env=env)
+    s, rss, cpu, out = spawn_cpu([sys.executable, "-c", MODPERF_CHILD, json.dumps(queries), json.dumps(cache)],
+                                 env=env)
     assert len(json.loads(out)) == len(queries)
-    return s, rss
+    return s, rss, cpu
 
 
-def tool_cold(root: str, requests: list[dict[str, Any]]) -> tuple[float, float]:
+def tool_cold(root: str, requests: list[dict[str, Any]]) -> tuple[float, float, float]:
     stdin = "".join(json.dumps({"root": root, **r}) + "\n" for r in requests)
-    s, rss, out = spawn([sys.executable, str(CHILD)], stdin=stdin)
+    s, rss, cpu, out = spawn_cpu([sys.executable, str(CHILD)], stdin=stdin)
     lines = out.splitlines()
     assert json.loads(lines[0]).get("ready"), lines[0]
     for line in lines[1:]:
         reply = json.loads(line)
         assert all(v is not None for v in reply["latency"]), reply["error"]
-    return s, rss
+    return s, rss, cpu
 
 
 def tool_requests(pairs: list[tuple[modperf.TableRef, list[Any]]]) -> list[dict[str, Any]]:
@@ -406,10 +417,10 @@ def main(argv: list[str] | None = None) -> int:
                 every[ref.table] = (ref, found)
 
     # process rows, interleaved
-    variants: dict[str, list[tuple[float, float]]] = {}
+    variants: dict[str, list[tuple[float, float, float]]] = {}
     trees = [("modperf", SRC)] + ([("before", str(Path(args.before).resolve()))] if args.before else [])
 
-    def add(name: str, result: tuple[float, float]) -> None:
+    def add(name: str, result: tuple[float, float, float]) -> None:
         variants.setdefault(name, []).append(result)
 
     # fill the cache once per tree (what an earlier process leaves behind)
@@ -426,29 +437,35 @@ def main(argv: list[str] | None = None) -> int:
             add(f"{label}/tool", tool_cold(root, tool_requests([(r, q) for r, (_, q) in pairs])))
             add(f"{label}/modperf", modperf_cold(queries, True, cache_dir))
             add(f"{label}/modperf-nocache", modperf_cold(queries, False, cache_dir))
-            add(f"{label}/read", spawn([sys.executable, "-c", CHEAPEST_READ,
-                                        json.dumps(sorted({str(r.path) for r, _ in pairs}))])[:2])
+            add(f"{label}/read", spawn_cpu([sys.executable, "-c", CHEAPEST_READ,
+                                            json.dumps(sorted({str(r.path) for r, _ in pairs}))])[:3])
             if args.before:
                 add(f"{label}/before", modperf_cold(queries, True, cache_dir, trees[1][1]))
                 add(f"{label}/before-nocache", modperf_cold(queries, False, cache_dir, trees[1][1]))
-        add("import/floor", spawn([sys.executable, "-c", "import numpy, pyarrow.parquet"])[:2])
-        add("import/tool", spawn([sys.executable, "-c", "import aiconfigurator_core"])[:2])
+        add("import/floor", spawn_cpu([sys.executable, "-c", "import numpy, pyarrow.parquet"])[:3])
+        add("import/tool", spawn_cpu([sys.executable, "-c", "import aiconfigurator_core"])[:3])
         for name, src in trees:
-            add(f"import/{name}", spawn([sys.executable, "-c", "import modperf"], env=env_for(src, cache_dir))[:2])
+            add(f"import/{name}", spawn_cpu([sys.executable, "-c", "import modperf"],
+                                            env=env_for(src, cache_dir))[:3])
 
     rows: list[tuple[str, ...]] = []
 
     def secs(name: str) -> list[float]:
-        return [s for s, _ in variants[name]]
+        return [v[0] for v in variants[name]]
 
     def mib(name: str) -> list[float]:
-        return [m for _, m in variants[name]]
+        return [v[1] for v in variants[name]]
+
+    def cpus(name: str) -> list[float]:
+        return [v[2] for v in variants[name]]
 
     def proc(name: str) -> str:
-        return f"{cell(secs(name))} s, {cell(mib(name), '{:.0f}')} MiB"
+        return f"{cell(secs(name))} s (cpu {cell(cpus(name))} s), {cell(mib(name), '{:.0f}')} MiB"
 
     def ratio(a: str, b: str) -> str:
-        return f"{statistics.median(secs(a)) / statistics.median(secs(b)):.2f}"
+        """Wall-time ratio of the medians, then the CPU-time ratio in brackets."""
+        return (f"{statistics.median(secs(a)) / statistics.median(secs(b)):.2f} "
+                f"[cpu {statistics.median(cpus(a)) / statistics.median(cpus(b)):.2f}]")
 
     for label, _pairs in [*family_rows, ("all", list(every.values()))]:
         title = (f"cold process, {label} context + generation" if label != "all" else

@@ -251,7 +251,11 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
     """The catalog of ``root`` (as :meth:`Catalog.scan`): from its record when that is whole and
     current, else scanned (and recorded when the scan can be trusted later)."""
     root_path = resolve_data_root(root)
-    entry = record_path(root_path, folder)
+    try:
+        entry = record_path(root_path, folder)
+    except Exception as exc:  # no cache folder (no home folder to put it in): a plain scan
+        keyed_cache._note(f"catalog scan not recorded: {exc}")
+        return Catalog.scan(root_path)
     try:
         data = entry.read_bytes()
     except OSError:

@@ -4,7 +4,8 @@ Every row of the issue's table, measured in one run, interleaved (run k of every
 run k+1 of any), ``--runs`` times; a cell is the median with the spread (min-max) of the runs.
 Process rows time a fresh interpreter from spawn to exit and read its peak RSS from the kernel
 (``wait4``); the cold and import rows give its CPU time (user + system) too, and each ratio both
-ways (on a shared machine the wall time includes waiting for a core). The tool (aiconfigurator-core, the wheel modperf reads its corpus from) runs only in
+ways (on a shared machine the wall time includes waiting for a core).
+The tool (aiconfigurator-core, the wheel modperf reads its corpus from) runs only in
 child processes: its cold rows through ``bench/aiconfigurator_child.py``, its warm query through
 a small timing script given to a child interpreter; modperf never imports it.
 
@@ -464,8 +465,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def ratio(a: str, b: str) -> str:
         """Wall-time ratio of the medians, then the CPU-time ratio in brackets."""
-        return (f"{statistics.median(secs(a)) / statistics.median(secs(b)):.2f} "
-                f"[cpu {statistics.median(cpus(a)) / statistics.median(cpus(b)):.2f}]")
+        cpu_b = statistics.median(cpus(b))  # GNU time counts in 10 ms steps: a tiny child may show 0
+        cpu = f"{statistics.median(cpus(a)) / cpu_b:.2f}" if cpu_b else "-"
+        return f"{statistics.median(secs(a)) / statistics.median(secs(b)):.2f} [cpu {cpu}]"
 
     for label, _pairs in [*family_rows, ("all", list(every.values()))]:
         title = (f"cold process, {label} context + generation" if label != "all" else

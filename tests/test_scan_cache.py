@@ -222,10 +222,13 @@ def test_untrusted_scans_are_not_recorded(root: Path, cache_dir: Path, short_win
     assert found.problems == [] and found.slot("b300_sxm", "vllm", "0.23.0", "mla_context_module") is not None
     assert records(cache_dir) == []
     link.unlink()
+    settle()
+    scan_cache.scan(root)
+    assert len(records(cache_dir)) == 1
     (root / MLA / "reuse.yaml").symlink_to(root / "nowhere.yaml")  # a dangling sidecar link
     settle()
     same(scan_cache.scan(root), Catalog.scan(root))
-    assert records(cache_dir) == []
+    assert records(cache_dir) == []  # the record that no longer holds is removed, none written
     (root / MLA / "reuse.yaml").unlink()
     settle()
     scan_cache.scan(root)

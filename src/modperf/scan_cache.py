@@ -275,6 +275,9 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
     catalog = Catalog.of_folders(root_path, folders, problems)
     if recorder.why_not is None and not catalog.problems:
         store(entry, encode(folders, recorder, root_path))
+    elif data is not None:  # a record that no longer holds: not read again by every process
+        with contextlib.suppress(OSError):
+            entry.unlink()
     return catalog
 
 

@@ -3,7 +3,9 @@
 Every row of the issue's table, measured in one run, interleaved (run k of every variant before
 run k+1 of any), ``--runs`` times; a cell is the median with the spread (min-max) of the runs.
 Process rows time a fresh interpreter from spawn to exit and read its peak RSS from the kernel
-(``wait4``). The tool (aiconfigurator-core, the wheel modperf reads its corpus from) runs only in
+(``wait4``); the cold and import rows give its CPU time (user + system) too, and each ratio both
+ways (on a shared machine the wall time includes waiting for a core).
+The tool (aiconfigurator-core, the wheel modperf reads its corpus from) runs only in
 child processes: its cold rows through ``bench/aiconfigurator_child.py``, its warm query through
 a small timing script given to a child interpreter; modperf never imports it.
 
@@ -11,7 +13,10 @@ Rows:
 
 - cold process, one family's context + generation query (MLA module trtllm, GQA sglang, DSV4 CSA
   sglang, h200_sxm): modperf with its persisted cache warm (the cache of an earlier process),
-  and with ``cache=False`` (every table keyed from its file, as a first-ever run);
+  and with ``cache=False`` (every table keyed from its file, as a first-ever run), each tree
+  (``--before``) both ways; beside them the cheapest read of the same files (a process importing
+  ``pyarrow.parquet`` and reading them as ParquetFile with dictionary strings), the yardstick of
+  a cold query's peak RSS;
 - cold process, one query on each attention table of h200_sxm that the tool can be asked about
   (one slot per table);
 - library import (``import modperf`` vs ``import aiconfigurator_core``, and the floor
@@ -22,7 +27,7 @@ Rows:
 - a database holding every table that loads: resident memory it adds, per row stored;
 - ``query --batch`` lines per second (a file of mixed MLA context/generation lines).
 
-    python bench/cold.py [--runs 5] [--single 400] [--only-warm | --only-batch] [--before ../main/src]
+    python bench/cold.py [--runs 5] [--single 400] [--only-cold | --only-warm | --only-batch] [--before OTHER/src]
 
 Prints one table; asserts nothing.
 """
@@ -113,36 +118,46 @@ def spawn(cmd: list[str], stdin: str | None = None, env: dict[str, str] | None =
           ok: tuple[int, ...] = (0,)) -> tuple[float, float, str]:
     """(seconds, peak RSS MiB, stdout) of one child process. GNU time starts it and reports its
     peak RSS (a child forked from this process directly would count this process's pages)."""
+    seconds, rss, _, out = spawn_cpu(cmd, stdin, env, ok)
+    return seconds, rss, out
+
+
+def spawn_cpu(cmd: list[str], stdin: str | None = None, env: dict[str, str] | None = None,
+              ok: tuple[int, ...] = (0,)) -> tuple[float, float, float, str]:
+    """:func:`spawn` with the child's CPU seconds (user + system, from GNU time) third: on a
+    shared machine its wall time includes waiting for a core, its CPU time far less."""
     start = time.perf_counter()
-    proc = subprocess.run([TIME, "-f", "MODPERF_RSS_KB %M", *cmd], input=stdin, capture_output=True, text=True,
-                          env=env or ENV)
+    proc = subprocess.run([TIME, "-f", "MODPERF_RSS_KB %M %U %S", *cmd], input=stdin, capture_output=True,
+                          text=True, env=env or ENV)
     seconds = time.perf_counter() - start
     if proc.returncode not in ok:
         raise RuntimeError(f"{' '.join(cmd[:3])} exited {proc.returncode}: {proc.stderr[-800:]}")
-    rss = [line for line in proc.stderr.splitlines() if line.startswith("MODPERF_RSS_KB ")]
-    return seconds, int(rss[-1].split()[1]) / 1024.0, proc.stdout
+    last = [line for line in proc.stderr.splitlines() if line.startswith("MODPERF_RSS_KB ")][-1].split()
+    return seconds, int(last[1]) / 1024.0, float(last[2]) + float(last[3]), proc.stdout
 
 
 def env_for(src: str, cache_dir: str) -> dict[str, str]:
     return {**_BASE_ENV, "PYTHONPATH": src + os.pathsep + str(BENCH), "MODPERF_CACHE_DIR": cache_dir}
 
 
-def modperf_cold(queries: list[dict[str, Any]], cache: bool, cache_dir: str, src: str = SRC) -> tuple[float, float]:
+def modperf_cold(queries: list[dict[str, Any]], cache: bool, cache_dir: str,
+                 src: str = SRC) -> tuple[float, float, float]:
     env = env_for(src, cache_dir)
-    s, rss, out = spawn([sys.executable, "-c", MODPERF_CHILD, json.dumps(queries), json.dumps(cache)], env=env)
+    s, rss, cpu, out = spawn_cpu([sys.executable, "-c", MODPERF_CHILD, json.dumps(queries), json.dumps(cache)],
+                                 env=env)
     assert len(json.loads(out)) == len(queries)
-    return s, rss
+    return s, rss, cpu
 
 
-def tool_cold(root: str, requests: list[dict[str, Any]]) -> tuple[float, float]:
+def tool_cold(root: str, requests: list[dict[str, Any]]) -> tuple[float, float, float]:
     stdin = "".join(json.dumps({"root": root, **r}) + "\n" for r in requests)
-    s, rss, out = spawn([sys.executable, str(CHILD)], stdin=stdin)
+    s, rss, cpu, out = spawn_cpu([sys.executable, str(CHILD)], stdin=stdin)
     lines = out.splitlines()
     assert json.loads(lines[0]).get("ready"), lines[0]
     for line in lines[1:]:
         reply = json.loads(line)
         assert all(v is not None for v in reply["latency"]), reply["error"]
-    return s, rss
+    return s, rss, cpu
 
 
 def tool_requests(pairs: list[tuple[modperf.TableRef, list[Any]]]) -> list[dict[str, Any]]:
@@ -203,6 +218,17 @@ for _ in range(n):
     ts.append(time.perf_counter_ns() - t)
 ts.sort()
 print(json.dumps({"on": on, "off": off, "many": ts[len(ts) // 2] / 1000}))
+"""
+
+
+#: The yardstick of a cold query's memory: the files it answers from read as cheaply as pyarrow
+#: reads them (ParquetFile, strings as dictionaries), in a process that imports nothing else.
+CHEAPEST_READ = """
+import json, sys
+import pyarrow.parquet as pq
+for path in json.loads(sys.argv[1]):
+    names = [f.name for f in pq.read_schema(path) if str(f.type) == "string"]
+    pq.ParquetFile(path, read_dictionary=names).read()
 """
 
 
@@ -407,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-database", action="store_true", help="leave out the all-tables database row")
     parser.add_argument("--only-batch", action="store_true", help="only the query --batch rows")
     parser.add_argument("--only-warm", action="store_true", help="only the warm single query and query_many rows")
+    parser.add_argument("--only-cold", action="store_true",
+                        help="only the cold process and import rows (and the cheapest read of their files)")
     parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
     args = parser.parse_args(argv)
 
@@ -443,58 +471,80 @@ def main(argv: list[str] | None = None) -> int:
                 every[ref.table] = (ref, found)
 
     # process rows, interleaved
-    variants: dict[str, list[tuple[float, float]]] = {}
+    variants: dict[str, list[tuple[float, float, float]]] = {}
 
-    def add(name: str, result: tuple[float, float]) -> None:
+    def add(name: str, result: tuple[float, float, float]) -> None:
         variants.setdefault(name, []).append(result)
 
-    # fill the cache once (what an earlier process leaves behind)
-    for _, pairs in family_rows:
-        modperf_cold([f for _, (f, _) in pairs], True, cache_dir)
+    # fill the cache once per tree (what an earlier process leaves behind)
+    for _, src in trees:
+        for _, pairs in family_rows:
+            modperf_cold([f for _, (f, _) in pairs], True, cache_dir, src)
     if args.only_batch:
         return print_table(batch_rows(args, db, family_rows, trees, cache_dir), args, skipped, cache_dir)
-    modperf_cold([f for _, (f, _) in every.values()], True, cache_dir)
+    for _, src in trees:
+        modperf_cold([f for _, (f, _) in every.values()], True, cache_dir, src)
     for _ in range(args.runs):
         for label, pairs in [*family_rows, ("all", list(every.values()))]:
             queries = [f for _, (f, _) in pairs]
             add(f"{label}/tool", tool_cold(root, tool_requests([(r, q) for r, (_, q) in pairs])))
             add(f"{label}/modperf", modperf_cold(queries, True, cache_dir))
             add(f"{label}/modperf-nocache", modperf_cold(queries, False, cache_dir))
+            add(f"{label}/read", spawn_cpu([sys.executable, "-c", CHEAPEST_READ,
+                                            json.dumps(sorted({str(r.path) for r, _ in pairs}))])[:3])
             if args.before:
-                add(f"{label}/before", modperf_cold(queries, False, cache_dir, trees[1][1]))
-        add("import/floor", spawn([sys.executable, "-c", "import numpy, pyarrow.parquet"])[:2])
-        add("import/tool", spawn([sys.executable, "-c", "import aiconfigurator_core"])[:2])
+                add(f"{label}/before", modperf_cold(queries, True, cache_dir, trees[1][1]))
+                add(f"{label}/before-nocache", modperf_cold(queries, False, cache_dir, trees[1][1]))
+        add("import/floor", spawn_cpu([sys.executable, "-c", "import numpy, pyarrow.parquet"])[:3])
+        add("import/tool", spawn_cpu([sys.executable, "-c", "import aiconfigurator_core"])[:3])
         for name, src in trees:
-            add(f"import/{name}", spawn([sys.executable, "-c", "import modperf"], env=env_for(src, cache_dir))[:2])
+            add(f"import/{name}", spawn_cpu([sys.executable, "-c", "import modperf"],
+                                            env=env_for(src, cache_dir))[:3])
 
     rows: list[tuple[str, ...]] = []
 
     def secs(name: str) -> list[float]:
-        return [s for s, _ in variants[name]]
+        return [v[0] for v in variants[name]]
 
     def mib(name: str) -> list[float]:
-        return [m for _, m in variants[name]]
+        return [v[1] for v in variants[name]]
+
+    def cpus(name: str) -> list[float]:
+        return [v[2] for v in variants[name]]
 
     def proc(name: str) -> str:
-        return f"{cell(secs(name))} s, {cell(mib(name), '{:.0f}')} MiB"
+        return f"{cell(secs(name))} s (cpu {cell(cpus(name))} s), {cell(mib(name), '{:.0f}')} MiB"
 
     def ratio(a: str, b: str) -> str:
-        return f"{statistics.median(secs(a)) / statistics.median(secs(b)):.2f}"
+        """Wall-time ratio of the medians, then the CPU-time ratio in brackets."""
+        cpu_b = statistics.median(cpus(b))  # GNU time counts in 10 ms steps: a tiny child may show 0
+        cpu = f"{statistics.median(cpus(a)) / cpu_b:.2f}" if cpu_b else "-"
+        return f"{statistics.median(secs(a)) / statistics.median(secs(b)):.2f} [cpu {cpu}]"
 
     for label, _pairs in [*family_rows, ("all", list(every.values()))]:
         title = (f"cold process, {label} context + generation" if label != "all" else
                  f"cold process, one query on each of {len(every)} attention tables of {SYSTEM} ({len(every)}/"
                  f"{len(every)} answered)")
+        read_rss = statistics.median(mib(f"{label}/read"))
         rows.append((title, proc(f"{label}/tool"),
                      f"cache: {proc(label + '/modperf')}; no cache: {proc(label + '/modperf-nocache')}",
-                     proc(f"{label}/before") if args.before else "-",
+                     f"cache: {proc(label + '/before')}; no cache: {proc(label + '/before-nocache')}"
+                     if args.before else "-",
                      f"{ratio(label + '/modperf', label + '/tool')} (no cache "
                      f"{ratio(label + '/modperf-nocache', label + '/tool')})"
-                     + (f"; before {ratio(label + '/before', label + '/tool')}" if args.before else "")))
+                     + (f"; before {ratio(label + '/before', label + '/tool')} (no cache "
+                        f"{ratio(label + '/before-nocache', label + '/tool')})" if args.before else "")
+                     + f"; peak RSS, cache / the cheapest read of its files ({proc(label + '/read')}): "
+                     f"{statistics.median(mib(label + '/modperf')) / read_rss:.2f}"
+                     + (f" (before {statistics.median(mib(label + '/before')) / read_rss:.2f})"
+                        if args.before else "")))
     rows.append(("library import (floor: import numpy, pyarrow.parquet " + proc("import/floor") + ")",
                  proc("import/tool"), proc("import/modperf"), proc("import/before") if args.before else "-",
                  f"{ratio('import/modperf', 'import/tool')}; vs floor {ratio('import/modperf', 'import/floor')}"
                  + (f" (before {ratio('import/before', 'import/floor')})" if args.before else "")))
+
+    if args.only_cold:
+        return print_table(rows, args, skipped, cache_dir)
 
     rows.extend(warm_rows(args, family_rows, trees, cache_dir, root))
 

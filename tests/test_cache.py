@@ -261,6 +261,7 @@ def test_cache_info_and_clear_cli(cache_dir: Path, root: Path) -> None:
     assert text.returncode == 0 and "1 entries" in text.stdout and str(cache_dir) in text.stdout
     cleared = run_cli(["cache", "clear", "--json"])
     assert cleared.returncode == 0, cleared.stderr
-    assert json.loads(cleared.stdout) == {"location": str(cache_dir), "removed": 1, "bytes": found["bytes"]}
+    assert json.loads(cleared.stdout) == {"location": str(cache_dir), "removed": 1, "bytes": found["bytes"],
+                                          "catalogs_removed": len(found["catalogs"])}
     assert entry_files(cache_dir) == []
     assert json.loads(run_cli(["cache", "info", "--json"]).stdout)["count"] == 0

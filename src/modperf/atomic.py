@@ -31,12 +31,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, BinaryIO
 
 from . import errors as E
+
+if TYPE_CHECKING:  # pyarrow on use: the catalog and the cache import this module, a query reads no parquet
+    import pyarrow as pa
 
 #: Temporary files end with this (the name before it says which process wrote it).
 TMP_SUFFIX = ".modperf-tmp"
@@ -150,6 +150,9 @@ def sweep(folder: Path) -> list[Path]:
 
 def written_by_modperf(path: Path) -> bool:
     """Whether ``path`` is a parquet file stamped by :func:`parquet_writer` (``owner=``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         if path.is_symlink() or not path.is_file():
             return False
@@ -327,6 +330,8 @@ def parquet_writer(table: pa.Table, *, compression: str = "zstd", row_group_size
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), OWNER_KEY: owner.encode()})
 
     def write(handle: BinaryIO) -> None:
+        import pyarrow.parquet as pq
+
         pq.write_table(table, handle, compression=compression, row_group_size=row_group_size)
 
     return write

@@ -47,7 +47,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,7 @@ from .jsonio import dumps
 if TYPE_CHECKING:
     from .catalog import TableRef
     from .models import ModelRegistry
+    from .scan_cache import Record
 
 CACHE_DIR_ENV = "MODPERF_CACHE_DIR"
 NO_CACHE_ENV = "MODPERF_NO_CACHE"
@@ -439,6 +440,8 @@ def evict(folder: Path, keep: Path | None = None, bound: int | None = None) -> i
 
 @dataclass
 class Entry:
+    """One cache entry: its file, size, and the table file and rows it keys."""
+
     file: Path
     bytes: int
     source: str | None
@@ -450,11 +453,15 @@ class Entry:
 
 @dataclass
 class CacheInfo:
+    """What a cache folder holds (``modperf cache info``)."""
+
     location: Path
     exists: bool
     enabled: bool
     entries: list[Entry]
     notes: list[str]
+    #: The catalog scans remembered beside the entries (modperf.scan_cache), one per data root.
+    catalogs: list[Record] = field(default_factory=list)
 
     @property
     def bytes(self) -> int:
@@ -463,7 +470,7 @@ class CacheInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"location": str(self.location), "exists": self.exists, "enabled": self.enabled,
                 "entries": [e.to_dict() for e in self.entries], "count": len(self.entries), "bytes": self.bytes,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "catalogs": [r.to_dict() for r in self.catalogs]}
 
 
 def _entry_files(folder: Path) -> Iterator[Path]:
@@ -474,7 +481,10 @@ def _entry_files(folder: Path) -> Iterator[Path]:
 
 
 def info(folder: Path | None = None) -> CacheInfo:
-    """What the cache holds: every entry with its size and the table file it keys."""
+    """What the cache holds: every entry with its size and the table file it keys, and the
+    catalog scans it remembers."""
+    from .scan_cache import records
+
     folder = folder or cache_dir()
     entries = []
     for path in _entry_files(folder):
@@ -488,12 +498,14 @@ def info(folder: Path | None = None) -> CacheInfo:
         except OSError:
             continue
         entries.append(Entry(path, size, source, rows))
-    return CacheInfo(folder, folder.is_dir(), enabled(), entries, list(notes))
+    return CacheInfo(folder, folder.is_dir(), enabled(), entries, list(notes), records(folder))
 
 
 def clear(folder: Path | None = None) -> CacheInfo:
-    """Remove every entry (and leftover temporary files of entries); returns what was removed."""
+    """Remove every entry and catalog scan (and leftover temporary files of entries); returns
+    what was removed."""
     from .errors import WriteFailedError
+    from .scan_cache import clear as clear_scans
 
     folder = folder or cache_dir()
     removed = info(folder)
@@ -511,6 +523,7 @@ def clear(folder: Path | None = None) -> CacheInfo:
                 temp.unlink()
     except OSError:
         pass
+    clear_scans(folder)
     return removed
 
 

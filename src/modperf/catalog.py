@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import errors as E
 from .atomic import TMP_SUFFIX, is_live_temp
@@ -195,12 +195,29 @@ class TableRef:
 
 
 
-def _read_yaml(path: Path) -> tuple[dict[str, Any], E.ModperfError | None]:
+class ScanWatch(Protocol):
+    """What a scan depended on, told as it goes (:mod:`modperf.scan_cache` records it, so that a
+    later process can tell whether a scan now would find the same)."""
+
+    def folder(self, path: Path) -> None:
+        """``path`` is about to be listed."""
+
+    def sidecar(self, path: Path, data: bytes | None) -> None:
+        """The bytes of a sidecar the scan parsed (None: there was no such file)."""
+
+    def untrusted(self, path: Path) -> None:
+        """What the scan made of ``path`` depends on more than its folder's listing (a symbolic
+        link, a temporary file of a write that may still be running)."""
+
+
+def _read_yaml(path: Path, watch: ScanWatch | None = None) -> tuple[dict[str, Any], E.ModperfError | None]:
     """A sidecar as a dict ({} when absent), and the failure that made it unusable, if any
     (never raised: a malformed sidecar is a failure of the data root, reported by check)."""
     fix = "repair the YAML (a mapping at the top level) or remove the file"
     try:
         if not path.is_file():
+            if watch is not None:
+                watch.sidecar(path, None)
             return {}, None
         import yaml  # on use: most folders hold no sidecar
 
@@ -209,7 +226,10 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], E.ModperfError | None]:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         if path.stat().st_size > MAX_CONFIG_BYTES:
             return {}, E.SidecarError(f"{path.name} is larger than a sidecar can be", file=path, fix=fix)
-        data = yaml.load(path.read_bytes(), Loader=loader)
+        raw = path.read_bytes()
+        if watch is not None:
+            watch.sidecar(path, raw)
+        data = yaml.load(raw, Loader=loader)
     except OSError as exc:
         return {}, E.SidecarError(f"cannot read {path.name}: {exc.strerror or exc}", file=path, fix=fix)
     except Exception as exc:
@@ -249,7 +269,7 @@ def sidecar_problems(folders: Iterable[Path], *, reuse: bool = True) -> list[E.M
         if problem is not None:
             out.append(problem)
         if reuse:
-            _read_reuse(_VersionFolder(folder, "", "", "", ""), folder / "reuse.yaml", out)
+            _read_reuse(VersionFolder(folder, "", "", "", ""), folder / "reuse.yaml", out)
     return out
 
 
@@ -261,8 +281,10 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
-def _listing(folder: Path, root: Path, problems: list[E.ModperfError]) -> list[Path]:
+def _listing(folder: Path, root: Path, problems: list[E.ModperfError], watch: ScanWatch | None = None) -> list[Path]:
     """A folder's entries, sorted; a folder that cannot be listed is a failure, not an empty folder."""
+    if watch is not None:
+        watch.folder(folder)
     try:
         return sorted(folder.iterdir())
     except OSError as exc:
@@ -278,10 +300,12 @@ def _cannot_inspect(path: Path, exc: OSError) -> E.UnreadableFolderError:
         fix="make its folder searchable for this user, or move it out of the data root")
 
 
-def _subfolders(folder: Path, root: Path, problems: list[E.ModperfError]) -> list[Path]:
+def _subfolders(folder: Path, root: Path, problems: list[E.ModperfError], watch: ScanWatch | None = None) -> list[Path]:
     out = []
-    for p in _listing(folder, root, problems):
+    for p in _listing(folder, root, problems, watch):
         try:
+            if watch is not None and p.is_symlink():
+                watch.untrusted(p)
             if p.is_symlink() and p.is_dir() and not _inside(p, root):
                 problems.append(_outside(p, root))
             elif p.is_dir():
@@ -310,7 +334,10 @@ def _stale_temp(path: Path) -> E.StaleTempFileError:
 
 
 @dataclass
-class _VersionFolder:
+class VersionFolder:
+    """One ``{system}/{family}/{backend}/{version}`` folder as a scan found it: its table files
+    by stem and its reuse declarations."""
+
     path: Path
     system: str
     family_dir: str
@@ -320,23 +347,27 @@ class _VersionFolder:
     reuse: dict[str, Reuse] = field(default_factory=dict)
 
 
-def _scan_folders(root: Path, problems: list[E.ModperfError]) -> Iterator[_VersionFolder]:
+def scan_folders(root: Path, problems: list[E.ModperfError], watch: ScanWatch | None = None) -> Iterator[VersionFolder]:
+    """The version folders under ``root``, in order; what cannot be read goes to ``problems``."""
     real_root = root.resolve()
-    for system in _subfolders(root, real_root, problems):
-        for family_dir in _subfolders(system, real_root, problems):
-            for backend in _subfolders(family_dir, real_root, problems):
-                for version in _subfolders(backend, real_root, problems):
-                    folder = _VersionFolder(version, system.name, family_dir.name, backend.name, version.name)
-                    for entry in _listing(version, real_root, problems):
+    for system in _subfolders(root, real_root, problems, watch):
+        for family_dir in _subfolders(system, real_root, problems, watch):
+            for backend in _subfolders(family_dir, real_root, problems, watch):
+                for version in _subfolders(backend, real_root, problems, watch):
+                    folder = VersionFolder(version, system.name, family_dir.name, backend.name, version.name)
+                    for entry in _listing(version, real_root, problems, watch):
                         try:
+                            if watch is not None and (entry.name.endswith(TMP_SUFFIX)
+                                                      or (table_stem(entry) and entry.is_symlink())):
+                                watch.untrusted(entry)
                             _add_entry(folder, entry, real_root, problems)
                         except OSError as exc:
                             problems.append(_cannot_inspect(entry, exc))
-                    _read_reuse(folder, version / "reuse.yaml", problems)
+                    _read_reuse(folder, version / "reuse.yaml", problems, watch)
                     yield folder
 
 
-def _add_entry(folder: _VersionFolder, entry: Path, root: Path, problems: list[E.ModperfError]) -> None:
+def _add_entry(folder: VersionFolder, entry: Path, root: Path, problems: list[E.ModperfError]) -> None:
     if entry.name.endswith(TMP_SUFFIX):
         if not is_live_temp(entry):
             problems.append(_stale_temp(entry))
@@ -356,8 +387,9 @@ def _add_entry(folder: _VersionFolder, entry: Path, root: Path, problems: list[E
         folder.files[stem] = entry
 
 
-def _read_reuse(folder: _VersionFolder, path: Path, problems: list[E.ModperfError]) -> None:
-    doc, problem = _read_yaml(path)
+def _read_reuse(folder: VersionFolder, path: Path, problems: list[E.ModperfError],
+                watch: ScanWatch | None = None) -> None:
+    doc, problem = _read_yaml(path, watch)
     if problem is not None:
         problems.append(problem)
         return
@@ -394,10 +426,18 @@ class Catalog:
     problems: list[E.ModperfError]
 
     @classmethod
-    def scan(cls, root: str | os.PathLike[str] | None = None) -> Catalog:
+    def scan(cls, root: str | os.PathLike[str] | None = None, *, watch: ScanWatch | None = None) -> Catalog:
+        """Every table under ``root`` (:func:`resolve_data_root`); ``watch`` is told what the
+        scan depends on (:mod:`modperf.scan_cache`)."""
         root_path = resolve_data_root(root)
         problems: list[E.ModperfError] = []
-        folders = list(_scan_folders(root_path, problems))
+        folders = list(scan_folders(root_path, problems, watch))
+        return cls.of_folders(root_path, folders, problems)
+
+    @classmethod
+    def of_folders(cls, root_path: Path, folders: list[VersionFolder], problems: list[E.ModperfError]) -> Catalog:
+        """The catalog of the version folders a scan found (in the scan's order): files, the
+        slots reuse declarations resolve, and a problem for each declaration without a donor."""
         by_key = {(f.system, f.family_dir, f.backend, f.version): f for f in folders}
         files: list[TableRef] = []
         slots: list[TableRef] = []

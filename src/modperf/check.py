@@ -27,6 +27,8 @@ ProgressCallback = Callable[[int, int, Any], None]
 
 @dataclass
 class FileResult:
+    """What check found in one table file."""
+
     ref: TableRef
     family: str | None
     failures: list[E.ModperfError]
@@ -75,6 +77,8 @@ class FileResult:
 
 @dataclass
 class FamilySummary:
+    """One family's files and rows as check saw them."""
+
     family: str
     title: str
     tier: str
@@ -121,6 +125,8 @@ class FamilySummary:
 
 @dataclass
 class CheckReport:
+    """Every file's result, the failures not tied to one file, and the families checked."""
+
     files: list[FileResult]
     families: dict[str, FamilySummary]
     problems: list[E.ModperfError]  # failures not tied to one table (catalog, reuse)

@@ -8,6 +8,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import cache as keyed_cache
+from . import scan_cache
 from .buckets import KeyedTable
 from .catalog import Catalog, TableRef
 from .families import family_of
@@ -28,7 +30,10 @@ class Database:
 
     def __init__(self, data_root: str | os.PathLike[str] | None = None,
                  model_configs: Iterable[str | os.PathLike[str]] | None = None, *, cache: bool | None = None) -> None:
-        self.catalog = Catalog.scan(data_root)
+        if keyed_cache.enabled(cache):  # the scan of an earlier process, while the data root is unchanged
+            self.catalog = scan_cache.scan(data_root)
+        else:
+            self.catalog = Catalog.scan(data_root)
         self.models = ModelRegistry.default(model_configs)
         #: ``cache``: keyed tables from the persisted cache (modperf.cache); None: on unless
         #: MODPERF_NO_CACHE is set.

@@ -69,6 +69,8 @@ class AttentionLayer:
 
 @dataclass
 class LayerSchedule:
+    """A model's attention layers in order, with its native head count."""
+
     model_id: str
     architecture: str | None
     native_heads: int

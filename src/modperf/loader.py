@@ -15,7 +15,6 @@ per-database cache.
 
 from __future__ import annotations
 
-import difflib
 import os
 import threading
 import time
@@ -297,6 +296,8 @@ class TableStore:
         return ref
 
     def unknown_slot(self, system: str, backend: str, version: str, table: str) -> E.ModperfError:
+        import difflib  # on use: only an unknown slot needs suggestions
+
         slots = self.catalog.slots
         values = {"table": table, "system": system, "backend": backend, "version": version}
         unreadable = [p for p in self.catalog.problems

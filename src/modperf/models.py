@@ -12,7 +12,6 @@ language model under ``text_config``; the language model is what attention table
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -60,6 +59,8 @@ def config_filename(model_id: str) -> str:
 
 @dataclass
 class ModelConfig:
+    """One model's HF config (``raw``) and what modperf reads from it."""
+
     model_id: str
     path: Path
     raw: dict[str, Any]
@@ -379,6 +380,8 @@ class ModelRegistry:
         by_name = [m for m in self.ids() if m.split("/")[-1].lower() == wanted.split("/")[-1]]
         if by_name:
             return by_name[:count]
+        import difflib  # on use: only an unknown model needs suggestions
+
         close = difflib.get_close_matches(str(model_id), self.ids(), n=count, cutoff=0.75)
         names = {m.split("/")[-1]: m for m in self.ids()}
         close += [names[n] for n in difflib.get_close_matches(str(model_id).split("/")[-1], list(names), n=count,

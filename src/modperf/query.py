@@ -46,7 +46,6 @@ from .interp import (
     Lookup,
     sorted_unique,
 )
-from .resolve import derive
 from .roofline import AxisWork, gpu_spec
 from .versions import version_key
 
@@ -755,6 +754,8 @@ class QueryEngine:
         layer_native = native_q
         if config is not None:
             layer = fields.get("layer")
+            from .resolve import derive  # on use: only a question naming a model derives its fields
+
             d = derive(config, family, table, spec.phase, set(index.group_names) | set(spec.axes), tp=tp_v,
                        layer=None if layer is None else str(layer), given=given)
             layer_native = d.native

@@ -42,6 +42,8 @@ DEFAULT_NODE = {"num_gpus_per_node": 8, "intra_node_bw": 450e9, "inter_node_bw":
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """One system's GPU: tensor-core peaks, memory bandwidth and size, and its node's links."""
+
     name: str
     bf16_flops: float
     fp8_flops: float
@@ -91,6 +93,31 @@ class GpuSpec:
         return self.intra_node_bw if group <= self.gpus_per_node else min(self.intra_node_bw, self.inter_node_bw)
 
 
+#: System spec documents by their text: parsed once per process, or handed over parsed by an
+#: earlier process (modperf.scan_cache remembers them, with a digest of their text, beside a
+#: data root's scan) so that answering from the cache needs no YAML parser.
+_DOCUMENTS: dict[str, Any] = {}
+
+
+def spec_document(text: str) -> Any:
+    """A system spec file's document (``{}`` when empty), or None when the text is not YAML."""
+    if text in _DOCUMENTS:
+        return _DOCUMENTS[text]
+    import yaml  # on use: only a system's spec file needs it
+
+    try:
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    except yaml.YAMLError:
+        doc = None
+    _DOCUMENTS[text] = doc
+    return doc
+
+
+def known_document(text: str, doc: Any) -> None:
+    """Take ``doc`` as the document of ``text`` (parsed from exactly this text by an earlier process)."""
+    _DOCUMENTS.setdefault(text, doc)
+
+
 @functools.lru_cache(maxsize=64)
 def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
     """The GPU of ``system`` from ``{systems_dir}/{system}.yaml`` (default: the embedded corpus)."""
@@ -109,15 +136,11 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
             folder = Path(systems_dir)
         path = folder / f"{system}.yaml" if folder is not None else None
         if path is not None and path.is_file():
-            import yaml  # on use: only a system's spec file needs it
-
-            try:
-                doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+            doc = spec_document(path.read_text())
+            if doc is not None:
                 data = doc.get("gpu") or {}
                 node = doc.get("node") or {}
                 misc = doc.get("misc") or {}
-            except yaml.YAMLError:
-                data = {}
     from_file = bool(data.get("bfloat16_tc_flops") and data.get("mem_bw"))
     if not from_file:
         data, node, misc = DEFAULT_GPU, {}, {}

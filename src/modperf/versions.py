@@ -10,13 +10,17 @@ always a real release when one exists.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion, Version
+if TYPE_CHECKING:  # packaging on first use: a query that names its version orders none
+    from packaging.version import Version
 
 
 @functools.lru_cache(maxsize=1024)
 def version_key(version: str | None) -> tuple[int, Version | str]:
     """Sort key: ``sorted(names, key=version_key)`` puts the newest last."""
+    from packaging.version import InvalidVersion, Version
+
     if version is None:
         return (-1, "")
     try:

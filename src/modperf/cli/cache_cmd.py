@@ -10,7 +10,8 @@ from .. import cache
 from ._app import app
 from ._common import JsonOpt, console, emit_json, handles_errors
 
-cache_app = typer.Typer(help="The persisted cache of keyed tables: list or clear it.", no_args_is_help=True)
+cache_app = typer.Typer(help="The persisted cache of keyed tables (and catalog scans): list or clear it.",
+                        no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 
 
@@ -40,6 +41,10 @@ def info_command(json_out: JsonOpt = False) -> None:
         grid.add_row(_size(e.bytes), "-" if e.rows is None else str(e.rows), escape(e.source or "(not an entry)"),
                      escape(e.file.name))
     console.print(grid)
+    if found.catalogs:
+        console.print(f"{len(found.catalogs)} catalog scan(s) remembered "
+                      f"({_size(sum(r.bytes for r in found.catalogs))}): "
+                      + ", ".join(escape(r.root or "(not a record)") for r in found.catalogs), soft_wrap=True)
     for note in found.notes:
         console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
 
@@ -47,10 +52,11 @@ def info_command(json_out: JsonOpt = False) -> None:
 @cache_app.command("clear")
 @handles_errors
 def clear_command(json_out: JsonOpt = False) -> None:
-    """Remove every entry (they are rebuilt on the next query that needs them)."""
+    """Remove every entry and catalog scan (they are rebuilt on the next query that needs them)."""
     removed = cache.clear()
     if json_out:
-        emit_json({"location": str(removed.location), "removed": len(removed.entries), "bytes": removed.bytes})
+        emit_json({"location": str(removed.location), "removed": len(removed.entries), "bytes": removed.bytes,
+                   "catalogs_removed": len(removed.catalogs)})
         return
-    console.print(f"removed {len(removed.entries)} entries ({_size(removed.bytes)}) from "
-                  f"{escape(str(removed.location))}", soft_wrap=True)
+    console.print(f"removed {len(removed.entries)} entries ({_size(removed.bytes)}) and "
+                  f"{len(removed.catalogs)} catalog scan(s) from {escape(str(removed.location))}", soft_wrap=True)

@@ -334,6 +334,8 @@ class TableSpec:
 
 @dataclass(frozen=True)
 class Family:
+    """One table family, declared once under ``modperf/families/`` (docs/families.md)."""
+
     name: str
     title: str
     tier: Tier

@@ -26,6 +26,21 @@ def test_codes_helpers():
     assert combine([np.array([0, 1]), np.array([2, 0])], [2, 3], 2).tolist() == [2, 3]
 
 
+@pytest.mark.parametrize("values", [
+    np.array([5, 3, 5, -2]), np.array([-128, 127, 0], dtype=np.int8), np.array([0, 255, 7], dtype=np.uint8),
+    np.array([2**63 - 1, 2**63 - 3], dtype=np.int64), np.array([-(2**63), -(2**63) + 5]),
+    np.array([2**64 - 1, 2**64 - 4], dtype=np.uint64), np.array([-(2**31), 2**31 - 2]),
+    np.array([0, 1 << 14, 3]), np.array([0, (1 << 14) + 1, 3]), np.array([0, 2**40, 2**40, 9]),
+    np.random.default_rng(0).integers(-1000, 1000, 20_000), np.array([7])])
+def test_factorize_is_sorted_unique_with_inverse(values):
+    """Short spans go through a presence table, long ones through a hash: both are numpy's
+    sorted unique values and inverse, in the input's type."""
+    uniq, codes = factorize(values)
+    want_uniq, want_codes = np.unique(values, return_inverse=True)
+    assert uniq.dtype == values.dtype and codes.dtype == np.int64
+    assert uniq.tolist() == want_uniq.tolist() and codes.tolist() == want_codes.reshape(-1).tolist()
+
+
 def test_duplicate_rule_is_the_lower_median(db):
     """b300 sglang 0.5.14 measured parts of its DSV4 CSA context grid up to six times."""
     keyed = db.table("b300_sxm", "sglang", "0.5.14", "dsv4_csa_context_module")

@@ -178,13 +178,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         axis_cards.append(int(uniq.size))
     full_code = combine([bucket_code, *axis_codes], axis_cards, n)
     del axis_codes
-    order = np.argsort(full_code, kind="stable")  # files are often written in key order
-    code_sorted = full_code[order]
-    duplicated = n > 1 and bool((code_sorted[1:] == code_sorted[:-1]).any())
-    del code_sorted
-    if duplicated:
-        # duplicates exist: order them by latency inside each full key (lower-median rule)
-        order = np.lexsort((latency, full_code))
+    order = _key_order(full_code, axis_cards, n, latency)
     del full_code
     b_sorted = bucket_code[order]
     del bucket_code
@@ -280,6 +274,29 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         duplicate_spread=spread, recorded_versions=vt.recorded_versions, rows_stored=vt.stored_rows,
         bucket_columns=BucketColumns(column_codes, dict(zip(key_names, decoders))),
     )
+
+
+def _key_order(full_code: np.ndarray, cards: list[int], n: int, latency: np.ndarray) -> np.ndarray:
+    """The rows in ascending order of their full key, rows sharing a key by ascending latency
+    (the lower-median rule reads them so). Where the key space is at most twice the rows and
+    no key repeats, a table of slots over it sorts in one pass (the count of filled slots says
+    whether a key repeats); else a stable argsort, and a lexsort where keys repeat."""
+    total = 1
+    for c in cards:
+        total *= max(c, 1)
+    if n > 1 and total <= 2 * n and total < 2**31:
+        slot = np.full(total, -1, dtype=np.int32)
+        slot[full_code] = np.arange(n, dtype=np.int32)
+        filled = slot[slot >= 0]
+        del slot
+        if filled.size == n:  # every key once: the filled slots, in key order, are the rows
+            return filled.astype(np.intp)
+        return np.lexsort((latency, full_code))
+    order = np.argsort(full_code, kind="stable")  # files are often written in key order
+    code_sorted = full_code[order]
+    duplicated = n > 1 and bool((code_sorted[1:] == code_sorted[:-1]).any())
+    del code_sorted
+    return np.lexsort((latency, full_code)) if duplicated else order
 
 
 def narrowest_int(values: np.ndarray) -> np.ndarray:

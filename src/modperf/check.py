@@ -232,10 +232,18 @@ def _load_results(selection: Selection, workers: int | None,
     if workers < 2 or len(physical) < PROCESS_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
         return load_many(selection, FileResult.from_load, workers=workers, on_progress=on_progress)
     _FORKED.update(refs=physical, registry=selection.scope.registry())
+
+    def size(i: int) -> int:
+        try:
+            return physical[i].path.stat().st_size
+        except OSError:
+            return 0
+
+    largest_first = sorted(range(len(physical)), key=lambda i: -size(i))  # no worker left alone with a big one
     try:
         with multiprocessing.get_context("fork").Pool(min(workers, len(physical))) as pool:
             out: dict[Any, FileResult] = {}
-            for i, packed in enumerate(pool.imap(_load_forked, range(len(physical)), chunksize=4), 1):
+            for i, packed in enumerate(pool.imap_unordered(_load_forked, largest_first, chunksize=2), 1):
                 result = _unpack(packed)
                 out[result.ref.path] = result
                 if on_progress is not None:

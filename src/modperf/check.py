@@ -231,6 +231,8 @@ def _load_results(selection: Selection, workers: int | None,
     physical = list({ref.path: ref for ref in selection.refs}.values())
     if workers < 2 or len(physical) < PROCESS_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
         return load_many(selection, FileResult.from_load, workers=workers, on_progress=on_progress)
+    from . import buckets, keyed_guards, reader, validate  # noqa: F401  (imported once, before the fork)
+
     _FORKED.update(refs=physical, registry=selection.scope.registry())
 
     def size(i: int) -> int:

@@ -243,7 +243,12 @@ def _load_results(selection: Selection, workers: int | None,
 
     largest_first = sorted(range(len(physical)), key=lambda i: -size(i))  # no worker left alone with a big one
     try:
-        with multiprocessing.get_context("fork").Pool(min(workers, len(physical))) as pool:
+        pool = multiprocessing.get_context("fork").Pool(min(workers, len(physical)))
+    except OSError:  # no processes to be had (a limit, no /dev/shm): threads
+        _FORKED.clear()
+        return load_many(selection, FileResult.from_load, workers=workers, on_progress=on_progress)
+    try:
+        with pool:
             out: dict[Any, FileResult] = {}
             for i, packed in enumerate(pool.imap_unordered(_load_forked, largest_first, chunksize=2), 1):
                 result = _unpack(packed)

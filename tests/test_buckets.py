@@ -26,6 +26,21 @@ def test_codes_helpers():
     assert combine([np.array([0, 1]), np.array([2, 0])], [2, 3], 2).tolist() == [2, 3]
 
 
+@pytest.mark.parametrize("values", [
+    np.array([5, 3, 5, -2]), np.array([-128, 127, 0], dtype=np.int8), np.array([0, 255, 7], dtype=np.uint8),
+    np.array([2**63 - 1, 2**63 - 3], dtype=np.int64), np.array([-(2**63), -(2**63) + 5]),
+    np.array([2**64 - 1, 2**64 - 4], dtype=np.uint64), np.array([-(2**31), 2**31 - 2]),
+    np.array([0, 1 << 14, 3]), np.array([0, (1 << 14) + 1, 3]), np.array([0, 2**40, 2**40, 9]),
+    np.random.default_rng(0).integers(-1000, 1000, 20_000), np.array([7])])
+def test_factorize_is_sorted_unique_with_inverse(values):
+    """Short spans go through a presence table, long ones through a hash: both are numpy's
+    sorted unique values and inverse, in the input's type."""
+    uniq, codes = factorize(values)
+    want_uniq, want_codes = np.unique(values, return_inverse=True)
+    assert uniq.dtype == values.dtype and codes.dtype == np.int64
+    assert uniq.tolist() == want_uniq.tolist() and codes.tolist() == want_codes.reshape(-1).tolist()
+
+
 def test_duplicate_rule_is_the_lower_median(db):
     """b300 sglang 0.5.14 measured parts of its DSV4 CSA context grid up to six times."""
     keyed = db.table("b300_sxm", "sglang", "0.5.14", "dsv4_csa_context_module")
@@ -123,3 +138,69 @@ def test_glm5_glm52_dense_mha_rows_are_kept_apart_by_op_name(db, system, median)
         theirs = {k: v for k, v in zip(zip(*(keyed.axes[x][c] for x in keyed.spec.axes)), keyed.latency[c])}
         ratios += [theirs[k] / mine[k] - 1 for k in mine.keys() & theirs.keys()]
     assert np.median(ratios) == pytest.approx(median, abs=5e-4)
+
+
+def test_narrowest_types_hold_every_value_exactly():
+    from modperf.buckets import _count_type, narrowest_int
+
+    for values, dtype in (([0, 127], np.int8), ([-128, 5], np.int8), ([0, 128], np.int16), ([-129], np.int16),
+                          ([32767], np.int16), ([32768], np.int32), ([2**31 - 1, -(2**31)], np.int32),
+                          ([2**31], np.int64), ([-(2**31) - 1], np.int64), ([2**62], np.int64)):
+        out = narrowest_int(np.array(values, dtype=np.int64))
+        assert out.dtype == dtype and out.tolist() == values, values
+    for top, dtype in ((1, np.uint8), (255, np.uint8), (256, np.uint16), (65535, np.uint16), (65536, np.uint32),
+                       (2**32 - 1, np.uint32), (2**32, np.uint64)):
+        out = _count_type(np.array([1, top], dtype=np.int64))
+        assert out.dtype == dtype and out.tolist() == [1, top], top
+
+
+def test_keyed_axes_and_counts_are_stored_narrow(db):
+    """The b300 DSV4 CSA context table: axes in the narrowest type of their values, the rows
+    merged into a point (1, 2, 3 or 6) as uint8; the values are the file's."""
+    from modperf.buckets import narrowest_int
+
+    keyed = db.table("b300_sxm", "sglang", "0.5.14", "dsv4_csa_context_module")
+    raw = raw_rows(keyed.ref.path, list(keyed.spec.axes))
+    for axis in keyed.spec.axes:
+        values = keyed.axes[axis]
+        assert values.dtype == narrowest_int(raw[axis].astype(np.int64)).dtype and values.dtype.itemsize < 8, axis
+        assert set(values.tolist()) == set(raw[axis].tolist()), axis
+    assert keyed.sources.dtype == np.uint8 and sorted(set(keyed.sources.tolist())) == [1, 2, 3, 6]
+    assert int(keyed.sources.sum()) == keyed.rows_read
+
+
+def test_a_point_merging_300_rows_counts_them_in_uint16(db, tmp_path):
+    """One nccl row repeated 300 times: its point counts 300 rows (past uint8), exactly."""
+    import pyarrow as pa
+    from tests.helpers import variant
+
+    from modperf.models import ModelRegistry
+
+    def repeat_first(table: pa.Table) -> pa.Table:
+        return pa.concat_tables([table] + [table.slice(0, 1)] * 299)
+
+    ref = variant(db, tmp_path, ("a100_sxm", "nccl", "2.27.3", "nccl"), repeat_first)
+    keyed = load_table(ref, ModelRegistry.default())
+    assert keyed.sources.dtype == np.uint16
+    assert sorted(set(keyed.sources.tolist())) == [1, 300] and int(keyed.sources.sum()) == keyed.rows_read == 504 + 299
+    assert keyed.duplicates_merged == 299 and keyed.n_points == 504
+
+
+def test_scaling_ratios_over_narrow_axes_equal_the_int64_ones(db):
+    """message_size x 2 on int32-stored axes: the guard widens before multiplying, so its pairs
+    and ratios are those of int64 axes."""
+    import copy
+
+    from modperf.families.base import Scaling
+    from modperf.keyed_guards import scaling_ratios
+
+    keyed = db.table("a100_sxm", "nccl", "2.27.3", "nccl")
+    assert keyed.axes["message_size"].dtype == np.int32
+    wide = copy.copy(keyed)
+    wide.axes = {a: v.astype(np.int64) for a, v in keyed.axes.items()}
+    guards = [g for g in keyed.spec.guards if isinstance(g, Scaling)]
+    assert guards
+    for guard in guards:
+        narrow, widened = scaling_ratios(keyed, guard), scaling_ratios(wide, guard)
+        assert narrow is not None and widened is not None and narrow.size >= guard.min_pairs
+        assert np.array_equal(narrow, widened)

@@ -174,3 +174,27 @@ def test_describe_family_lists_the_declarations() -> None:
     assert moe["guards"][1]["step"] == {"moe_tp_size": 2} and moe["guards"][1]["high"] == 0.9
     nccl = describe_family("collective")["tables"][0]
     assert nccl["library"] == "nccl" and describe_family("collective")["work_model"] == "row roofline"
+
+
+def test_forked_workers_report_what_one_process_reports(fixtures: Path, monkeypatch):
+    """29 fixture files (7 rejected, 17 failures): loaded in forked workers, every file's result
+    and every failure (type, message, file, rows, values, fix) equals the in-process load."""
+    import importlib
+
+    check_module = importlib.import_module("modperf.check")  # (modperf.check is also the function)
+
+    alone = check([str(fixtures)], workers=1)
+    assert len(alone.files) == 29 >= check_module.PROCESS_MIN_FILES and len(alone.failures) == 17
+
+    def no_threads(*args, **kwargs):
+        raise AssertionError("a check of 29 files with 2 workers loads in forked processes")
+
+    monkeypatch.setattr(check_module, "load_many", no_threads)
+    seen = []
+    forked = check([str(fixtures)], workers=2, on_progress=lambda i, n, r: seen.append((i, n)))
+    assert seen == [(i, 29) for i in range(1, 30)]
+    assert forked.to_dict() | {"seconds": 0} == alone.to_dict() | {"seconds": 0}
+    for mine, theirs in zip(forked.files, alone.files):
+        assert mine.ref == theirs.ref and mine.rows == theirs.rows and mine.points == theirs.points
+        assert [(type(f), str(f), f.file, f.rows, f.row_count, f.values, f.fix) for f in mine.failures] == \
+            [(type(f), str(f), f.file, f.rows, f.row_count, f.values, f.fix) for f in theirs.failures]

@@ -66,9 +66,9 @@ class KeyedTable:
     key_names: tuple[str, ...]  # bucket key columns, in order
     bucket_keys: list[tuple[Any, ...]]  # one tuple per bucket
     offsets: np.ndarray  # bucket b holds points offsets[b]:offsets[b+1]
-    axes: dict[str, np.ndarray]  # per point, sorted within each bucket by spec.axes
+    axes: dict[str, np.ndarray]  # per point, sorted within each bucket by spec.axes (narrowest int type)
     latency: np.ndarray  # per point (after the duplicate rule)
-    sources: np.ndarray  # raw rows merged into each point
+    sources: np.ndarray  # raw rows merged into each point (narrowest unsigned type)
     bucket_models: list[tuple[str, ...]]  # provenance: model names that measured each bucket
     bucket_native: np.ndarray  # per bucket, -1 where the table records no native
     bucket_local: np.ndarray  # per bucket
@@ -178,17 +178,13 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         axis_cards.append(int(uniq.size))
     full_code = combine([bucket_code, *axis_codes], axis_cards, n)
     del axis_codes
-    order = np.argsort(full_code, kind="stable")  # files are often written in key order
-    code_sorted = full_code[order]
-    duplicated = n > 1 and bool((code_sorted[1:] == code_sorted[:-1]).any())
-    del code_sorted
-    if duplicated:
-        # duplicates exist: order them by latency inside each full key (lower-median rule)
-        order = np.lexsort((latency, full_code))
+    order = _key_order(full_code, axis_cards, n, latency)
     del full_code
     b_sorted = bucket_code[order]
     del bucket_code
-    ax_sorted = [vt.integers[axis][order] for axis in spec.axes]
+    # axis values in the narrowest signed type that holds them (a database of every table holds
+    # ~12M points: int64 axes were half its memory); consumers widen before arithmetic
+    ax_sorted = [narrowest_int(vt.integers[axis])[order] for axis in spec.axes]
     lat_sorted = latency[order]
 
     new_point = np.ones(n, dtype=bool)
@@ -268,7 +264,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
 
     return KeyedTable(
         ref=vt.ref, family=family, spec=spec, key_names=key_names, bucket_keys=bucket_keys,
-        offsets=offsets, axes=point_axes, latency=point_latency, sources=sizes.astype(np.int64, copy=False),
+        offsets=offsets, axes=point_axes, latency=point_latency, sources=_count_type(sizes),
         bucket_models=bucket_models, bucket_native=np.asarray(bucket_native, dtype=np.int64),
         bucket_local=np.asarray(bucket_local, dtype=np.int64),
         model_native={m: c.native_heads for m, c in vt.configs.items()},
@@ -278,6 +274,52 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         duplicate_spread=spread, recorded_versions=vt.recorded_versions, rows_stored=vt.stored_rows,
         bucket_columns=BucketColumns(column_codes, dict(zip(key_names, decoders))),
     )
+
+
+def _key_order(full_code: np.ndarray, cards: list[int], n: int, latency: np.ndarray) -> np.ndarray:
+    """The rows in ascending order of their full key, rows sharing a key by ascending latency
+    (the lower-median rule reads them so). Where the key space is at most twice the rows and
+    no key repeats, a table of slots over it sorts in one pass (the count of filled slots says
+    whether a key repeats); else a stable argsort, and a lexsort where keys repeat."""
+    total = 1
+    for c in cards:
+        total *= max(c, 1)
+    if n > 1 and total <= 2 * n and total < 2**31:
+        slot = np.full(total, -1, dtype=np.int32)
+        slot[full_code] = np.arange(n, dtype=np.int32)
+        filled = slot[slot >= 0]
+        del slot
+        if filled.size == n:  # every key once: the filled slots, in key order, are the rows
+            return filled.astype(np.intp)
+        return np.lexsort((latency, full_code))
+    order = np.argsort(full_code, kind="stable")  # files are often written in key order
+    code_sorted = full_code[order]
+    duplicated = n > 1 and bool((code_sorted[1:] == code_sorted[:-1]).any())
+    del code_sorted
+    return np.lexsort((latency, full_code)) if duplicated else order
+
+
+def narrowest_int(values: np.ndarray) -> np.ndarray:
+    """Integers in the narrowest signed type that holds all of them (the same values; the array
+    itself when it is already that narrow)."""
+    if not values.size:
+        return values.astype(np.int8)
+    low, high = int(values.min()), int(values.max())
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return values.astype(dtype, copy=False)
+    return values.astype(np.int64, copy=False)
+
+
+def _count_type(counts: np.ndarray) -> np.ndarray:
+    """Row counts (>= 1) in the narrowest unsigned type that holds the largest (exact: a point
+    merging 256 rows gets uint16, 65,536 rows uint32)."""
+    high = int(counts.max()) if counts.size else 0
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if high <= np.iinfo(dtype).max:
+            return counts.astype(dtype)
+    return counts.astype(np.uint64)
 
 
 def _narrow(codes: np.ndarray, card: int) -> np.ndarray:

@@ -70,8 +70,8 @@ MAX_BYTES_ENV = "MODPERF_CACHE_MAX_BYTES"
 #: (entries of an older modperf or another model-config set are never read again).
 DEFAULT_MAX_BYTES = 2 * 2**30
 #: The format of an entry; bumped when the layout changes (part of every entry's identity).
-FORMAT = 1
-MAGIC = b"MODPERF-KEYED\x00\x00\x01"
+FORMAT = 2  # 2: axes and source counts stored in their narrowest integer types
+MAGIC = b"MODPERF-KEYED\x00\x00\x02"
 SUFFIX = ".mpk"
 _DIGEST = 32
 _ALIGN = 64

@@ -3,11 +3,17 @@
 Failures are collected, never short-circuited: one bad file does not hide another, and one
 file reports all of its problems. With ``quality`` the same load also feeds the plausibility
 checks (:mod:`modperf.quality`): every file is read and validated once.
+
+A whole-corpus check (no quality) loads its files in forked worker processes where the
+platform forks: loading a table is mostly many small numpy calls that hold the GIL, so threads
+barely overlap; each worker sends back only the file's :class:`FileResult` (its failures
+rebuilt attribute for attribute, so a report is the same whichever way it was loaded).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +23,7 @@ from . import errors as E
 from . import limits
 from .catalog import TableRef
 from .families import family_of, registry
-from .loader import Loaded, Scope, load_groups, load_many
+from .loader import Loaded, Scope, Selection, load_groups, load_many, load_one
 
 if TYPE_CHECKING:  # the plausibility checks load with --quality only
     from .quality import QualityReport, Thresholds
@@ -190,7 +196,7 @@ def check(
     }
     quality_report = None
     if quality is None:
-        by_path = load_many(selection, FileResult.from_load, workers=workers, on_progress=on_progress)
+        by_path = _load_results(selection, workers, on_progress)
         results = [by_path[ref.path] for ref in selection.refs]
     else:
         from .quality import QualityReport, assess_loaded, group_key, sort_files
@@ -211,6 +217,70 @@ def check(
     families = {k: v for k, v in families.items() if k in used or not scope.paths}
     return CheckReport(results, families, selection.problems, selection.skipped, time.perf_counter() - start,
                        quality_report)
+
+
+#: A file's result as a worker sends it: the failures as (class, args, attributes).
+_Packed = tuple[FileResult, list[tuple[type[E.ModperfError], tuple[Any, ...], dict[str, Any]]]]
+#: Fewer files than this load in threads: forking workers costs more than it saves.
+PROCESS_MIN_FILES = 16
+#: What a forked worker loads (set before the fork, inherited by the workers).
+_FORKED: dict[str, Any] = {}
+
+
+def _load_results(selection: Selection, workers: int | None,
+                  on_progress: ProgressCallback | None) -> dict[Any, FileResult]:
+    """Every selected file's result, loaded in forked processes where that can pay, else in
+    the loader's thread pool."""
+    import multiprocessing
+
+    workers = workers or min(4, os.cpu_count() or 1)
+    physical = list({ref.path: ref for ref in selection.refs}.values())
+    if workers < 2 or len(physical) < PROCESS_MIN_FILES or "fork" not in multiprocessing.get_all_start_methods():
+        return load_many(selection, FileResult.from_load, workers=workers, on_progress=on_progress)
+    from . import buckets, keyed_guards, reader, validate  # noqa: F401  (imported once, before the fork)
+
+    _FORKED.update(refs=physical, registry=selection.scope.registry())
+
+    def size(i: int) -> int:
+        try:
+            return physical[i].path.stat().st_size
+        except OSError:
+            return 0
+
+    largest_first = sorted(range(len(physical)), key=lambda i: -size(i))  # no worker left alone with a big one
+    try:
+        pool = multiprocessing.get_context("fork").Pool(min(workers, len(physical)))
+    except OSError:  # no processes to be had (a limit, no /dev/shm): threads
+        _FORKED.clear()
+        return load_many(selection, FileResult.from_load, workers=workers, on_progress=on_progress)
+    try:
+        with pool:
+            out: dict[Any, FileResult] = {}
+            for i, packed in enumerate(pool.imap_unordered(_load_forked, largest_first, chunksize=2), 1):
+                result = _unpack(packed)
+                out[result.ref.path] = result
+                if on_progress is not None:
+                    on_progress(i, len(physical), result)
+            return out
+    finally:
+        _FORKED.clear()
+
+
+def _load_forked(i: int) -> _Packed:
+    """In a worker: load one file; its failures travel as (class, args, attributes)."""
+    result = FileResult.from_load(load_one(_FORKED["refs"][i], _FORKED["registry"]))
+    failures = [(type(f), f.args, dict(f.__dict__)) for f in result.failures]
+    return dataclasses.replace(result, failures=[]), failures
+
+
+def _unpack(packed: _Packed) -> FileResult:
+    result, failures = packed
+    for cls, args, attributes in failures:
+        failure = cls.__new__(cls)  # not __init__: the attributes are the worker's, exactly
+        failure.args = args
+        failure.__dict__.update(attributes)
+        result.failures.append(failure)
+    return result
 
 
 def describe_guard(guard: Any) -> dict[str, Any]:

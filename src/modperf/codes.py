@@ -60,10 +60,32 @@ def from_numpy(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), values.size, [None, pa.py_buffer(values)])
 
 
+#: Integer columns whose values span at most this many (or as many as they have rows) are
+#: factorized through a presence table over the span instead of a hash table.
+_DENSE_SPAN = 1 << 14
+
+
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted unique values, code of each value), by hashing (O(n)) rather than sorting."""
+    """(sorted unique values, code of each value), by hashing (O(n)) rather than sorting.
+
+    Integers over a short span (head counts, tp, batch sizes, sequence lengths: nearly every key
+    column) skip the hash: a presence table over [min, max] gives the sorted values and its
+    running count each value's code, the same arrays the hash gives."""
     if not values.size:
         return values, values.astype(np.int64)
+    if values.dtype.kind in "iu":
+        low, high = int(values.min()), int(values.max())
+        span = high - low + 1
+        if span <= max(values.size, _DENSE_SPAN) and span < 2**31:
+            # values - low lies in [0, span): exact in int32 (the subtraction wraps consistently)
+            shifted = np.subtract(values, values.dtype.type(low), dtype=np.int32, casting="unsafe")
+            present = np.zeros(span, dtype=bool)
+            present[shifted] = True
+            rank = np.cumsum(present, dtype=np.int64)
+            rank -= 1
+            uniq = np.flatnonzero(present).astype(values.dtype)  # offsets from low, wrapping back to
+            uniq += values.dtype.type(low)  # the values themselves
+            return uniq, rank[shifted]
     encoded = pc.dictionary_encode(from_numpy(values))
     uniq = to_numpy(encoded.dictionary)
     perm = np.argsort(uniq, kind="stable")

@@ -104,7 +104,7 @@ def scaling_ratios(keyed: KeyedTable, guard: Scaling) -> np.ndarray | None:
     target_codes: list[np.ndarray] = [np.maximum(target_bucket[point_bucket], 0)]
     cards = [keyed.n_buckets]
     for a in axes:
-        v = keyed.axes[a]
+        v = keyed.axes[a].astype(np.int64)  # stored narrow: the step's product must not wrap
         factor = guard.step.get(a)
         shifted = v * factor if isinstance(factor, int) else v
         joint, inv = factorize(np.concatenate([v, shifted]))

@@ -129,11 +129,12 @@ def read_table(
             if wanted is None:
                 return whole
             return whole.select([c for c in whole.column_names if c in wanted])
-        schema = pq.read_schema(path)
+        meta = pq.read_metadata(path)  # the footer, parsed once: its schema, then the reader's
+        schema = meta.schema.to_arrow_schema()
         _check_names(path, schema.names)
         names = [c for c in schema.names if wanted is None or c in wanted]
         strings = [] if as_stored else [f.name for f in schema if f.name in names and is_string_type(f.type)]
-        with pq.ParquetFile(path, read_dictionary=strings) as handle:
+        with pq.ParquetFile(path, read_dictionary=strings, metadata=meta) as handle:
             return handle.read(columns=names)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _unreadable(path, exc) from None

@@ -198,3 +198,27 @@ def test_forked_workers_report_what_one_process_reports(fixtures: Path, monkeypa
         assert mine.ref == theirs.ref and mine.rows == theirs.rows and mine.points == theirs.points
         assert [(type(f), str(f), f.file, f.rows, f.row_count, f.values, f.fix) for f in mine.failures] == \
             [(type(f), str(f), f.file, f.rows, f.row_count, f.values, f.fix) for f in theirs.failures]
+
+
+def test_a_worker_that_dies_loses_no_file(fixtures: Path, monkeypatch):
+    """A forked worker killed while loading (here: it exits at its first task) breaks the pool;
+    check loads what it did not get back in this process and reports every file, as without
+    workers, instead of waiting on the lost task."""
+    import importlib
+    import os
+
+    check_module = importlib.import_module("modperf.check")
+    alone = check([str(fixtures)], workers=1)
+    parent = os.getpid()
+    real = check_module.load_one
+
+    def dies_in_a_worker(*args, **kwargs):
+        if os.getpid() != parent:
+            os._exit(9)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(check_module, "load_one", dies_in_a_worker)
+    seen = []
+    broken = check([str(fixtures)], workers=2, on_progress=lambda i, n, r: seen.append((i, n)))
+    assert seen == [(i, 29) for i in range(1, 30)]
+    assert broken.to_dict() | {"seconds": 0} == alone.to_dict() | {"seconds": 0}

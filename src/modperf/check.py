@@ -232,6 +232,8 @@ def _load_results(selection: Selection, workers: int | None,
     """Every selected file's result, loaded in forked processes where that can pay, else in
     the loader's thread pool."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     workers = workers or min(4, os.cpu_count() or 1)
     physical = list({ref.path: ref for ref in selection.refs}.values())
@@ -248,29 +250,46 @@ def _load_results(selection: Selection, workers: int | None,
             return 0
 
     largest_first = sorted(range(len(physical)), key=lambda i: -size(i))  # no worker left alone with a big one
+    out: dict[Any, FileResult] = {}
     try:
-        pool = multiprocessing.get_context("fork").Pool(min(workers, len(physical)))
+        pool = ProcessPoolExecutor(min(workers, len(physical)), mp_context=multiprocessing.get_context("fork"))
     except OSError:  # no processes to be had (a limit, no /dev/shm): threads
-        _FORKED.clear()
-        return load_many(selection, FileResult.from_load, workers=workers, on_progress=on_progress)
+        pool = None
     try:
-        with pool:
-            out: dict[Any, FileResult] = {}
-            for i, packed in enumerate(pool.imap_unordered(_load_forked, largest_first, chunksize=2), 1):
-                result = _unpack(packed)
-                out[result.ref.path] = result
-                if on_progress is not None:
-                    on_progress(i, len(physical), result)
-            return out
+        if pool is not None:
+            with pool:
+                pending = [pool.submit(_load_forked, largest_first[k:k + 2]) for k in range(0, len(physical), 2)]
+                for future in as_completed(pending):
+                    for packed in future.result():
+                        result = _unpack(packed)
+                        out[result.ref.path] = result
+                        if on_progress is not None:
+                            on_progress(len(out), len(physical), result)
+    except BrokenProcessPool:
+        # A worker died (killed, out of memory): what it and the others did not send back is
+        # loaded here, so the report still covers every file (and a file that kills a loader
+        # fails here, where the user sees it), instead of waiting forever on a lost task.
+        pass
     finally:
         _FORKED.clear()
+    missing = [ref for ref in selection.refs if ref.path not in out]
+    if missing:
+        rest = load_many(dataclasses.replace(selection, refs=missing), FileResult.from_load, workers=workers)
+        for path, result in rest.items():
+            out[path] = result
+            if on_progress is not None:
+                on_progress(len(out), len(physical), result)
+    return out
 
 
-def _load_forked(i: int) -> _Packed:
-    """In a worker: load one file; its failures travel as (class, args, attributes)."""
-    result = FileResult.from_load(load_one(_FORKED["refs"][i], _FORKED["registry"]))
-    failures = [(type(f), f.args, dict(f.__dict__)) for f in result.failures]
-    return dataclasses.replace(result, failures=[]), failures
+def _load_forked(indices: list[int]) -> list[_Packed]:
+    """In a worker: load some files; their failures travel as (class, args, attributes)."""
+    out: list[_Packed] = []
+    for i in indices:
+        result = FileResult.from_load(load_one(_FORKED["refs"][i], _FORKED["registry"]))
+        failures = [(type(f), f.args, dict(f.__dict__)) for f in result.failures]
+        out.append((dataclasses.replace(result, failures=[]), failures))
+    return out
 
 
 def _unpack(packed: _Packed) -> FileResult:

@@ -299,6 +299,23 @@ def test_query_many_checks_its_arrays(db):
             db.query_many(**base, batch_size=bad, isl=2048)
 
 
+def test_query_many_refuses_bad_values_with_typed_errors(db):
+    """Values that once escaped as raw TypeError/ValueError/AttributeError: a list holding None,
+    a scalar axis given as None or a word, arrays whose shapes do not broadcast."""
+    base = {k: v for k, v in KIMI.items()}
+    for arrays in ({"batch_size": [4, None]}, {"batch_size": [None, 4]}, {"batch_size": np.array(["4", "8"])}):
+        with pytest.raises(E.QueryFieldError, match=r"field 'batch_size' must hold numbers in 1\.\.1,048,576"):
+            db.query_many(**base, **arrays, isl=2048)
+    with pytest.raises(E.QueryFieldError, match=r"^missing field 'isl'"):
+        db.query_many(**base, batch_size=np.array([4, 8]), isl=None)
+    with pytest.raises(E.QueryFieldError, match=r"^isl must be an integer in 1\.\.4,194,304 \(tokens\)"):
+        db.query_many(**base, batch_size=np.array([4, 8]), isl="many")
+    with pytest.raises(E.QueryFieldError, match=r"^the arrays' shapes \{'batch_size': \[2\], 'isl': \[3\]\} do not"):
+        db.query_many(**base, batch_size=np.array([4, 8]), isl=np.array([2048, 4096, 8192]))
+    lat, _ = db.query_many(**base, batch_size=np.array([4, 8]), isl="2048")  # a digit string, as a query reads it
+    assert lat.tolist()[0] == 0.7945
+
+
 def test_query_many_reuses_its_plan_only_for_the_same_fields(db):
     """The vectorised plan is cached by the scalar fields and which fields are arrays: a second
     call with another shard or another array answers like single queries, never from the

@@ -626,7 +626,8 @@ class QueryEngine:
             probe = dict(scalar)
             for k, v in arrays.items():
                 flat = np.asarray(v).ravel()
-                probe[k] = flat[0].item() if flat.size else 0  # parsed (and refused) like any field
+                first = flat[0] if flat.size else 0
+                probe[k] = first.item() if isinstance(first, np.generic) else first  # parsed like any field
             plan = self._plan(probe, vector_fields=set(arrays))
             if plan_key is not None:
                 if len(self._many_plans) >= self.PLAN_CACHE:
@@ -650,13 +651,24 @@ class QueryEngine:
                                             values={"field": name, "range": [rng.low, rng.high]},
                                             fix=_field_help(grid_keyed(self, plan)))
                 cols.append(col)
+            elif name in scalar and scalar[name] is not None:  # one value for every point, read as a query reads it
+                cols.append(np.asarray(_as_int(name, scalar[name], grid_keyed(self, plan))))
+            elif name in plan.fixed:
+                cols.append(np.asarray(plan.fixed[name]))
             else:
-                value = scalar.get(name, plan.fixed.get(name))
-                cols.append(np.asarray(value))
+                raise E.QueryFieldError(f"missing field {name!r}", values={"field": name, "table": plan.template.table},
+                                        fix=_field_help(grid_keyed(self, plan)))
+        try:
+            shape = np.broadcast_shapes(*[np.shape(c) for c in cols])
+        except ValueError:
+            shapes = {name: list(np.shape(c)) for name, c in zip(plan.axis_fields, cols) if name in arrays}
+            raise E.QueryFieldError(f"the arrays' shapes {shapes} do not broadcast to one shape",
+                                    values={"shapes": shapes},
+                                    fix="give arrays of one shape (or of shapes numpy broadcasts, e.g. (n, 1) and "
+                                        "(1, m) for a grid)") from None
         if plan.lanes is None:
             lat, kinds = plan.grid.lookup_many(cols)
             return Latencies(lat, kinds, plan.template)
-        shape = np.broadcast_shapes(*[np.shape(c) for c in cols])
         lat = np.full(shape, np.nan)
         kinds = np.full(shape, REFUSED, dtype=np.int8)
         point = {name: np.broadcast_to(c, shape) for name, c in zip(plan.axis_fields, cols)}

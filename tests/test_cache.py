@@ -19,7 +19,7 @@ import pytest
 from tests.helpers import REPO, run_cli, stored_latency
 
 import modperf
-from modperf import cache
+from modperf import cache, interp
 
 SLOT = ("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module")
 MLA = {"table": "mla_context_module", "system": "h200_sxm", "backend": "trtllm", "version": "1.3.0rc20",
@@ -265,3 +265,95 @@ def test_cache_info_and_clear_cli(cache_dir: Path, root: Path) -> None:
                                           "catalogs_removed": len(found["catalogs"])}
     assert entry_files(cache_dir) == []
     assert json.loads(run_cli(["cache", "info", "--json"]).stdout)["count"] == 0
+
+
+# --- grids beside the entries -------------------------------------------------------------------
+
+
+def grid_files(folder: Path) -> list[Path]:
+    return sorted((folder / cache.GRIDS).glob("*" + cache.GRID_SUFFIX))
+
+
+def assert_same_grid(a: interp.Grid, b: interp.Grid) -> None:
+    """Every attribute a lookup reads, bit for bit (NaN cells included)."""
+    assert a.axes == b.axes and a.shape == b.shape and a.heads_axis == b.heads_axis and a.limit == b.limit
+    assert a.curvature == b.curvature and a.n_measured == b.n_measured
+    for name in ("latency", "state", "distance", "roof", "_lat_p", "_dist_p", "_state_p"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), name
+    for name in ("values", "octaves", "coords", "_u_p", "_inv_p"):
+        assert [v.tobytes() for v in getattr(a, name)] == [v.tobytes() for v in getattr(b, name)], name
+    for name in ("lat_py", "state_py", "_dist_py", "offsets_py", "_axes_py", "_pstrides"):
+        assert getattr(a, name) == getattr(b, name), name
+    assert [type(v) for v in a.lat_py] == [type(v) for v in b.lat_py]
+
+
+def test_grids_are_kept_beside_the_entry_and_restored_bit_for_bit(cache_dir: Path, root: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh_db = modperf.open(root, cache=False)
+    fresh = answers(fresh_db)
+    first = modperf.open(root)
+    assert answers(first) == fresh
+    (kept,) = grid_files(cache_dir)  # the one group the questions ask
+    assert first.table(*SLOT).cache_home is not None and fresh_db.table(*SLOT).cache_home is None
+
+    def no_fill(*_args: object) -> None:
+        raise AssertionError("a kept grid is restored, not filled")
+
+    monkeypatch.setattr(interp.Grid, "_fill", no_fill)
+    warm_db = modperf.open(root)
+    warm = answers(warm_db)
+    assert warm == fresh and bits(warm) == bits(fresh)
+    assert [a["kind"] for a in warm] == ["exact", "interpolated", "extrapolated"]
+    assert_same_grid(warm_db.queries.grid(MLA), fresh_db.queries.grid(MLA))
+    monkeypatch.undo()
+    assert grid_files(cache_dir) == [kept]
+    cache.clear(cache_dir)
+    assert grid_files(cache_dir) == [] and entry_files(cache_dir) == []
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
+def test_damaged_grid_file_is_rebuilt_never_served(cache_dir: Path, root: Path, damage: str) -> None:
+    fresh_db = modperf.open(root, cache=False)
+    want = answers(fresh_db)
+    answers(modperf.open(root))
+    (kept,) = grid_files(cache_dir)
+    good = kept.read_bytes()
+    data = bytearray(good)
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "flip":  # a byte in the middle of the arrays (the digest no longer matches)
+        data[len(data) // 2] ^= 0x40
+    else:
+        data = bytearray(b"not a grid at all")
+    kept.write_bytes(bytes(data))
+    assert cache.decode_grid(bytearray(data)) is None
+    got_db = modperf.open(root)
+    assert bits(answers(got_db)) == bits(want) and answers(got_db) == want
+    assert_same_grid(got_db.queries.grid(MLA), fresh_db.queries.grid(MLA))
+    assert kept.read_bytes() == good  # rebuilt to the same bytes
+
+
+def test_a_grid_file_serves_only_its_own_identity(cache_dir: Path, root: Path) -> None:
+    """A grid's file name is a digest of its identity, and the identity stored inside must equal
+    the one asked for: the file of one group, system or GPU is never another's."""
+    db = modperf.open(root)
+    answers(db)
+    (kept,) = grid_files(cache_dir)
+    keyed = db.table(*SLOT)
+    home = keyed.cache_home
+    assert home is not None
+    found = cache.decode_grid(bytearray(kept.read_bytes()))
+    assert found is not None
+    identity = found[0]
+    assert identity["system"] == "h200_sxm" and identity["table"] == home[1]
+    assert cache.load_grid(home, identity) is not None
+    others = [{**identity, "group": {"t": ["another"]}}, {**identity, "system": "b200_sxm"},
+              {**identity, "gpu": identity["gpu"].replace("h200", "b200")}, {**identity, "code": "0" * 32},
+              {**identity, "table": "0" * 32}, {**identity, "limit": repr(2.0)}]
+    for other in others:
+        path = cache._grid_path(home, other)
+        assert path != kept
+        path.write_bytes(kept.read_bytes())  # the right bytes under another identity's name
+        assert cache.load_grid(home, other) is None
+        path.unlink()

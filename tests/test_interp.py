@@ -479,3 +479,29 @@ def test_two_blended_axes_spend_the_distance_of_the_corners_that_carry_weight() 
                     assert one.latency_ms.hex() == float(lat[j]).hex()
                 checked += one.kind == EXTRAPOLATED
     assert checked > 0
+
+
+@pytest.mark.parametrize("shape", [(1,), (5,), (3, 1), (2, 4), (4, 1, 3), (2, 3, 1, 5)])
+def test_top_edge_padding_is_numpys_edge_pad(shape: tuple[int, ...]) -> None:
+    values = np.arange(math.prod(shape), dtype=np.float64).reshape(shape) * 1.5
+    values.ravel()[::3] = np.nan
+    want = np.pad(values, [(0, 1)] * len(shape), mode="edge")
+    got = interp._pad_top_edge(values)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    state = (np.arange(math.prod(shape)) % 4).astype(np.uint8).reshape(shape)
+    assert interp._pad_top_edge(state).tobytes() == np.pad(state, [(0, 1)] * len(shape), mode="edge").tobytes()
+
+
+def test_a_grid_restored_from_its_fill_parts_answers_bit_for_bit() -> None:
+    grid, _ = _quadratic_grid()
+    parts = {k: v.copy() for k, v in grid.fill_parts().items()}
+    again = Grid.restore(grid.axes, parts, grid.roofline, heads_axis=grid.heads_axis, limit=grid.limit)
+    assert again.curvature == grid.curvature and again.shape == grid.shape
+    for b in range(0, 80, 3):
+        for s in range(0, 9000, 700):
+            x, y = grid.lookup((b, s)), again.lookup((b, s))
+            assert (x.kind, x.distance, math.isnan(x.latency_ms) or x.latency_ms.hex()) == \
+                (y.kind, y.distance, math.isnan(y.latency_ms) or y.latency_ms.hex())
+    parts["latency"] = parts["latency"][:1]
+    with pytest.raises(ValueError, match="do not fit"):
+        Grid.restore(grid.axes, parts, grid.roofline)

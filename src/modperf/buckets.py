@@ -91,6 +91,9 @@ class KeyedTable:
     rows_stored: int = -1
     #: The bucket keys column by column, as codes (for vectorised work over buckets).
     bucket_columns: BucketColumns | None = None
+    #: Where the persisted cache keeps this table's grids: (cache folder, a digest of the
+    #: table's entry identity); None when the table did not come from (or go to) the cache.
+    cache_home: tuple[str, str] | None = field(default=None, repr=False, compare=False)
     _index: dict[tuple[Any, ...], int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

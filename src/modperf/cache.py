@@ -30,6 +30,17 @@ beside it, fsync, rename), so a reader sees a whole old entry or a whole new one
 filling the cache at once each write a complete entry and the last rename wins. A source that
 changes while it is being keyed (its stat differs before and after) is not stored.
 
+**Grids beside the entries.** A table's grids (:class:`modperf.interp.Grid`: the lattice of one
+group and its fill) are built on first use per group; what the fill computes is kept in
+``grids/<digest>.mpg`` (one file per grid, the same layout and digest as an entry), so that the
+next process restores the grid instead of filling it again. A grid file is used only when its
+identity equals the one computed now: the identity of the table's entry (all of the above), the
+group's key, the system and its GPU spec (the roofline), the grid's axes and extrapolation
+limit, numpy's version, and a digest of the code that builds grids (:data:`_GRID_CODE`, beside
+the keying pipeline's). A grid file is written only for a table that came from (or went to)
+its entry, without fsync: a file torn by a crash fails its digest and is rebuilt. Grid files
+are bounded apart from the entries, by the same size bound.
+
 **Failures degrade.** A cache folder that cannot be created or written (read-only, full disk)
 or an entry that cannot be read means no cache for that table: the table is loaded from its
 file as without a cache, and :data:`notes` records why (``modperf cache info`` shows it).
@@ -197,15 +208,20 @@ def _plain(value: Any) -> Any:
 
 
 def _unplain(value: Any) -> Any:
+    # (JSON scalars are taken as they are, without a call each: an entry's header holds
+    # thousands of them)
     if isinstance(value, dict):
         if "t" in value:
-            return tuple(_unplain(v) for v in value["t"])
+            return tuple([v if type(v) in _SCALARS else _unplain(v) for v in value["t"]])
         if "f" in value:
             return float(value["f"])
         return {_unplain(k): _unplain(v) for k, v in value["d"]}
     if isinstance(value, list):
-        return [_unplain(v) for v in value]
+        return [v if type(v) in _SCALARS else _unplain(v) for v in value]
     return value
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 def _arrays(keyed: KeyedTable) -> dict[str, np.ndarray]:
@@ -370,10 +386,11 @@ def load_keyed(ref: TableRef, models: ModelRegistry, build: Callable[[TableRef, 
         if found is not None and found[0] == identity:
             with contextlib.suppress(OSError):
                 os.utime(entry)  # used now: the size bound removes the entries used longest ago
+            found[1].cache_home = _home(folder, identity)
             return found[1]
     keyed = build(ref, models)
-    if source_identity(ref.path) == source:  # the file did not change while it was keyed
-        store(entry, keyed, identity)
+    if source_identity(ref.path) == source and store(entry, keyed, identity):  # unchanged while keyed
+        keyed.cache_home = _home(folder, identity)
     return keyed
 
 
@@ -407,13 +424,13 @@ def max_bytes() -> int:
     return DEFAULT_MAX_BYTES
 
 
-def evict(folder: Path, keep: Path | None = None, bound: int | None = None) -> int:
+def evict(folder: Path, keep: Path | None = None, bound: int | None = None, suffix: str = SUFFIX) -> int:
     """Remove the entries used longest ago (by modification time, which a read refreshes) until
     the folder holds at most ``bound`` bytes of entries; ``keep`` stays. Returns the bytes
     removed. Never raises: an entry that cannot be removed is left."""
     bound = max_bytes() if bound is None else bound
     found = []
-    for path in _entry_files(folder):
+    for path in _entry_files(folder, suffix):
         try:
             st = path.stat()
         except OSError:
@@ -433,6 +450,142 @@ def evict(folder: Path, keep: Path | None = None, bound: int | None = None) -> i
         total -= size
         removed += size
     return removed
+
+
+# --- grids ------------------------------------------------------------------------------------
+
+#: The folder of grid files inside the cache folder.
+GRIDS = "grids"
+#: The format of a grid file; bumped when its layout changes (part of every grid's identity).
+GRID_FORMAT = 1
+GRID_MAGIC = b"MODPERF-GRID\x00\x00\x00\x01"
+GRID_SUFFIX = ".mpg"
+#: Modules whose code decides what a grid holds, beside the keying pipeline (its lattice and
+#: fill, the roofline it extrapolates with, and the choice of a group's points).
+_GRID_CODE = ("interp.py", "roofline.py", "query.py")
+
+
+@functools.cache
+def grid_fingerprint() -> str:
+    """A digest of the keying pipeline's fingerprint, numpy's version (the fill's arithmetic)
+    and the source of the modules that build grids."""
+    here = Path(__file__).resolve().parent
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{pipeline_fingerprint()}\0{GRID_FORMAT}\0{np.__version__}\0".encode())
+    for name in _GRID_CODE:
+        h.update(name.encode() + b"\0")
+        try:
+            h.update((here / name).read_bytes())
+        except OSError:
+            h.update(b"?")
+    return h.hexdigest()
+
+
+def _home(folder: Path, identity: dict[str, Any]) -> tuple[str, str]:
+    """(cache folder, digest of an entry's identity): where a keyed table's grids are kept."""
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return str(folder), hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def grid_identity(home: tuple[str, str], group: tuple[Any, ...], system: str | None, gpu: Any,
+                  axes: tuple[str, ...], heads_axis: str | None, limit: float) -> dict[str, Any]:
+    """Everything one group's grid is built from, beside the table's entry (see module doc)."""
+    return {"format": GRID_FORMAT, "code": grid_fingerprint(), "table": home[1], "group": _plain(group),
+            "system": system, "gpu": repr(gpu), "axes": list(axes), "heads_axis": heads_axis,
+            "limit": repr(float(limit))}
+
+
+def _grid_path(home: tuple[str, str], identity: dict[str, Any]) -> Path:
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return Path(home[0]) / GRIDS / (hashlib.blake2b(text.encode(), digest_size=16).hexdigest() + GRID_SUFFIX)
+
+
+def encode_grid(identity: dict[str, Any], parts: dict[str, np.ndarray]) -> list[bytes | memoryview]:
+    """A grid file's bytes, in pieces (header, arrays, digest): an entry's layout."""
+    layout = []
+    arrays = {}
+    offset = 0
+    for name, arr in parts.items():
+        arr = np.ascontiguousarray(arr)
+        arrays[name] = arr
+        layout.append([name, arr.dtype.str, list(arr.shape), offset, arr.nbytes])
+        offset += -(-arr.nbytes // _ALIGN) * _ALIGN
+    header = dumps({"identity": identity, "arrays": layout}, separators=(",", ":")).encode()
+    head = GRID_MAGIC + _LEN.pack(len(header)) + header
+    head += b"\0" * (-len(head) % _ALIGN)
+    pieces: list[bytes | memoryview] = [head]
+    for arr in arrays.values():
+        nbytes = int(arr.nbytes)
+        pieces.append(arr.view(np.uint8).reshape(-1).data if nbytes else b"")
+        pieces.append(b"\0" * (-nbytes % _ALIGN))
+    h = hashlib.blake2b(digest_size=_DIGEST)
+    for p in pieces:
+        h.update(p)
+    pieces.append(h.digest())
+    return pieces
+
+
+def decode_grid(buf: bytearray) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """(identity, arrays) from a grid file's bytes, or None when they are not a whole,
+    unaltered grid file. The arrays are views into ``buf``."""
+    if len(buf) < len(GRID_MAGIC) + _LEN.size + _DIGEST or bytes(buf[:len(GRID_MAGIC)]) != GRID_MAGIC:
+        return None
+    view = memoryview(buf)
+    if hashlib.blake2b(view[:-_DIGEST], digest_size=_DIGEST).digest() != bytes(view[-_DIGEST:]):
+        return None
+    (n,) = _LEN.unpack_from(buf, len(GRID_MAGIC))
+    start = len(GRID_MAGIC) + _LEN.size
+    header = json.loads(bytes(view[start:start + n]))
+    data = start + n + (-(start + n) % _ALIGN)
+    arrays: dict[str, np.ndarray] = {}
+    for name, dtype, shape, offset, nbytes in header["arrays"]:
+        dt = np.dtype(dtype)
+        count = nbytes // dt.itemsize if dt.itemsize else 0
+        arrays[name] = np.frombuffer(buf, dtype=dt, count=count, offset=data + offset).reshape(shape)
+    return header["identity"], arrays
+
+
+def load_grid(home: tuple[str, str], identity: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """The stored parts of the grid of ``identity`` (:meth:`modperf.interp.Grid.fill_parts`),
+    or None when there is no whole grid file of exactly that identity."""
+    path = _grid_path(home, identity)
+    buf = _read_entry(path)
+    if buf is None:
+        return None
+    try:
+        found = decode_grid(buf)
+    except (ValueError, KeyError, TypeError, IndexError):
+        found = None
+    if found is None or found[0] != identity:
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)  # used now (the size bound)
+    return found[1]
+
+
+def store_grid(home: tuple[str, str], identity: dict[str, Any], parts: dict[str, np.ndarray]) -> bool:
+    """Write one grid file (a temporary file renamed into place; no fsync: a torn file fails
+    its digest); False (with a note) when it cannot be written."""
+    path = _grid_path(home, identity)
+    temp = None
+    try:
+        pieces = encode_grid(identity, parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(atomic._temp_prefix(path) + os.urandom(6).hex() + atomic.TMP_SUFFIX)
+        with open(temp, "xb") as handle:
+            for p in pieces:
+                handle.write(p)
+        os.replace(temp, path)
+        temp = None
+        evict(path.parent, keep=path, suffix=GRID_SUFFIX)
+        return True
+    except Exception as exc:  # a cache that cannot be written is no cache, never an error
+        _note(f"grid not written ({path.parent}): {exc}")
+        return False
+    finally:
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                temp.unlink()
 
 
 # --- info and clear ---------------------------------------------------------------------------
@@ -473,9 +626,9 @@ class CacheInfo:
                 "notes": list(self.notes), "catalogs": [r.to_dict() for r in self.catalogs]}
 
 
-def _entry_files(folder: Path) -> Iterator[Path]:
+def _entry_files(folder: Path, suffix: str = SUFFIX) -> Iterator[Path]:
     try:
-        yield from sorted(p for p in folder.iterdir() if p.name.endswith(SUFFIX) and p.is_file())
+        yield from sorted(p for p in folder.iterdir() if p.name.endswith(suffix) and p.is_file())
     except OSError:
         return
 
@@ -524,6 +677,11 @@ def clear(folder: Path | None = None) -> CacheInfo:
     except OSError:
         pass
     clear_scans(folder)
+    grids = folder / GRIDS
+    for path in [*_entry_files(grids, GRID_SUFFIX), *atomic.temp_files(grids)]:
+        if path.name.endswith(GRID_SUFFIX) or atomic.is_stale_temp(path):
+            with contextlib.suppress(OSError):
+                path.unlink()
     return removed
 
 

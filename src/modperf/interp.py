@@ -171,6 +171,46 @@ class Grid:
         self.coords = [curve(v.astype(np.float64), k) for v, k in zip(self.values, self.curvature)]
         self._prepare_lookup()
 
+    def fill_parts(self) -> dict[str, np.ndarray]:
+        """What building this grid computed, as arrays (the persisted cache keeps them beside a
+        table's entry): :meth:`restore` makes the same grid from them without the fill."""
+        parts = {f"values:{a}": v for a, v in enumerate(self.values)}
+        parts["curvature"] = np.asarray(self.curvature, dtype=np.float64)
+        parts["n_measured"] = np.asarray([self.n_measured], dtype=np.int64)
+        for name in ("latency", "state", "distance", "roof"):
+            parts[name] = getattr(self, name)
+        return parts
+
+    @classmethod
+    def restore(cls, axes: Sequence[str], parts: Mapping[str, np.ndarray], roofline: Roofline, *,
+                heads_axis: str | None = None, limit: float = EXTRAPOLATION_LIMIT) -> Grid:
+        """The grid whose :meth:`fill_parts` are ``parts`` (every attribute a lookup reads is
+        the built grid's, bit for bit: the arrays are the stored ones, the rest is derived from
+        them by the constructor's own expressions). Raises ValueError on parts that do not
+        fit together."""
+        self = cls.__new__(cls)
+        self.axes = tuple(axes)
+        self.heads_axis = heads_axis
+        self.heads_pos = self.axes.index(heads_axis) if heads_axis in self.axes else -1
+        self.limit = float(limit)
+        self.roofline = roofline
+        self.values = [np.asarray(parts[f"values:{a}"], dtype=np.int64) for a in range(len(self.axes))]
+        self.shape = tuple(int(v.size) for v in self.values)
+        self.strides = _strides(self.shape)
+        self.octaves = [np.log2(v.astype(np.float64) + 1.0) for v in self.values]
+        self.n_measured = int(parts["n_measured"][0])
+        self.curvature = [float(k) for k in parts["curvature"].tolist()]
+        self.latency = np.asarray(parts["latency"], dtype=np.float64)
+        self.state = np.asarray(parts["state"], dtype=np.uint8)
+        self.distance = np.asarray(parts["distance"], dtype=np.float64)
+        self.roof = np.asarray(parts["roof"], dtype=np.float64)
+        if len(self.curvature) != len(self.axes) or any(
+                x.shape != self.shape for x in (self.latency, self.state, self.distance, self.roof)):
+            raise ValueError("grid parts do not fit together")
+        self.coords = [curve(v.astype(np.float64), k) for v, k in zip(self.values, self.curvature)]
+        self._prepare_lookup()
+        return self
+
     # -- building ------------------------------------------------------------------------
 
     def _mesh(self) -> tuple[np.ndarray, ...]:
@@ -300,12 +340,11 @@ class Grid:
         infinite distance."""
         lat = np.where(self.state == UNCOVERED_CELL, 0.0, self.latency)
         dist = np.where(self.state == UNCOVERED_CELL, np.inf, self.distance)
-        pad = [(0, 1)] * len(self.shape)
         self._pshape = tuple(n + 1 for n in self.shape)
         self._pstrides = _strides(self._pshape)
-        self._lat_p = np.pad(lat, pad, mode="edge").ravel()
-        self._dist_p = np.pad(dist, pad, mode="edge").ravel()
-        self._state_p = np.pad(self.state, pad, mode="edge").ravel()
+        self._lat_p = _pad_top_edge(lat).ravel()
+        self._dist_p = _pad_top_edge(dist).ravel()
+        self._state_p = _pad_top_edge(self.state).ravel()
         self._u_p, self._inv_p = [], []
         for u in self.coords:
             up = np.append(u, u[-1])
@@ -322,7 +361,8 @@ class Grid:
         self._inv_py = [i.tolist() for i in self._inv_p]
         #: per cell of the padded lattice (flat): its latency and its state, as plain lists
         self.lat_py = self._lat_p.tolist()
-        self._dist_py = self._dist_p.tolist()
+        # (the distances' list, ``_dist_py``, only on a lookup between or beyond measured
+        # cells: see __getattr__)
         self.state_py = self._state_p.tolist()
         # per axis, lattice value -> index: a point on lattice values finds its cell without a
         # search (the exact-hit fast path of the scalar lookup)
@@ -336,6 +376,15 @@ class Grid:
         self._axes_py = [(vals, index, pstride, vals[0], vals[-1], k, u, inv) for vals, index, pstride, k, u, inv
                          in zip(self._values_py, self._index_py, self._pstrides, self.curvature, self._u_py,
                                 self._inv_py)]
+
+    def __getattr__(self, name: str) -> Any:
+        # built on first use: the distances as a plain list (lookup_general; an exact hit never
+        # reads it, and building it costs a cold process's first answer ~40 ns a cell)
+        if name == "_dist_py":
+            dist: list[float] = self.__dict__["_dist_p"].tolist()
+            self.__dict__["_dist_py"] = dist
+            return dist
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- scalar lookup --------------------------------------------------------------------
 
@@ -811,6 +860,20 @@ def _fit_curvature(x: np.ndarray, here: np.ndarray, p_i: np.ndarray, n_i: np.nda
     score = np.minimum(np.abs(w, out=w), _FIT_CAP, out=w).mean(axis=1)
     best = int(np.argmin(score))  # first of equals: linear, then the mildest curvature
     return float(CURVATURES[best])
+
+
+def _pad_top_edge(values: np.ndarray) -> np.ndarray:
+    """``np.pad(values, [(0, 1)] * ndim, mode="edge")`` (one more cell at the top of every
+    axis, a copy of the last), by slices: the same array, without np.pad's general machinery."""
+    shape = values.shape
+    out = np.empty(tuple(n + 1 for n in shape), dtype=values.dtype)
+    out[tuple(slice(0, n) for n in shape)] = values
+    for a, n in enumerate(shape):
+        dst = [slice(None)] * len(shape)
+        src = [slice(None)] * len(shape)
+        dst[a], src[a] = slice(n, n + 1), slice(n - 1, n)
+        out[tuple(dst)] = out[tuple(src)]
+    return out
 
 
 def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:

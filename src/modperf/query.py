@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import cache as keyed_cache
 from . import errors as E
 from . import limits
 from .buckets import NATIVE, KeyedTable
@@ -264,7 +265,7 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
     fixed_heads = float(native_heads) / max(int(key[TP]), 1) if native_heads is not None and TP in key else \
         float(native_heads or 1)
     if isinstance(work, AxisWork):  # tables without a head axis: the family's row roofline
-        return Grid(axes, points, latency, work.shape_seconds, limit=EXTRAPOLATION_LIMIT)
+        return _grid(keyed, group, system, gpu, axes, None, points, latency, work.shape_seconds, drop_point)
     if "num_tokens" in pos:
         pick: tuple[int | None, int | None, int | None, int | None] = (pos["num_tokens"], None, None, pos.get(HEADS))
         constant = (1.0, 1.0, 0.0, fixed_heads)
@@ -277,7 +278,28 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
         b, s, p, h = (values[i] if i is not None else c for i, c in zip(pick, constant))
         return seconds(b, s, p, h)
 
-    return Grid(axes, points, latency, roofline, heads_axis=HEADS if heads_axis else None, limit=EXTRAPOLATION_LIMIT)
+    return _grid(keyed, group, system, gpu, axes, HEADS if heads_axis else None, points, latency, roofline, drop_point)
+
+
+def _grid(keyed: KeyedTable, group: tuple[Any, ...], system: str | None, gpu: Any, axes: tuple[str, ...],
+          heads_axis: str | None, points: dict[str, np.ndarray], latency: np.ndarray, roofline: Any,
+          drop_point: Any) -> Grid:
+    """The grid of a group's points: restored from the persisted cache where the table came
+    from its entry and the grid was kept (modperf.cache, "Grids beside the entries"), else
+    built (and kept for the next process)."""
+    home = keyed.cache_home if drop_point is None else None
+    if home is None:
+        return Grid(axes, points, latency, roofline, heads_axis=heads_axis, limit=EXTRAPOLATION_LIMIT)
+    identity = keyed_cache.grid_identity(home, group, system, gpu, axes, heads_axis, EXTRAPOLATION_LIMIT)
+    parts = keyed_cache.load_grid(home, identity)
+    if parts is not None:
+        try:
+            return Grid.restore(axes, parts, roofline, heads_axis=heads_axis, limit=EXTRAPOLATION_LIMIT)
+        except (ValueError, KeyError, IndexError, TypeError):
+            pass  # parts that do not fit: built again below (and the file replaced)
+    grid = Grid(axes, points, latency, roofline, heads_axis=heads_axis, limit=EXTRAPOLATION_LIMIT)
+    keyed_cache.store_grid(home, identity, grid.fill_parts())
+    return grid
 
 
 # --- field handling ---------------------------------------------------------------------

@@ -483,7 +483,7 @@ def grid_fingerprint() -> str:
 
 def _home(folder: Path, identity: dict[str, Any]) -> tuple[str, str]:
     """(cache folder, digest of an entry's identity): where a keyed table's grids are kept."""
-    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    text = dumps(identity, sort_keys=True, separators=(",", ":"))
     return str(folder), hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -496,7 +496,7 @@ def grid_identity(home: tuple[str, str], group: tuple[Any, ...], system: str | N
 
 
 def _grid_path(home: tuple[str, str], identity: dict[str, Any]) -> Path:
-    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    text = dumps(identity, sort_keys=True, separators=(",", ":"))
     return Path(home[0]) / GRIDS / (hashlib.blake2b(text.encode(), digest_size=16).hexdigest() + GRID_SUFFIX)
 
 

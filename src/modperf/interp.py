@@ -177,7 +177,7 @@ class Grid:
         parts = {f"values:{a}": v for a, v in enumerate(self.values)}
         parts["curvature"] = np.asarray(self.curvature, dtype=np.float64)
         parts["n_measured"] = np.asarray([self.n_measured], dtype=np.int64)
-        for name in ("latency", "state", "distance", "roof"):
+        for name in ("latency", "state", "distance"):
             parts[name] = getattr(self, name)
         return parts
 
@@ -203,9 +203,9 @@ class Grid:
         self.latency = np.asarray(parts["latency"], dtype=np.float64)
         self.state = np.asarray(parts["state"], dtype=np.uint8)
         self.distance = np.asarray(parts["distance"], dtype=np.float64)
-        self.roof = np.asarray(parts["roof"], dtype=np.float64)
+        # (the roofline per cell, ``roof``, only where asked: see __getattr__)
         if len(self.curvature) != len(self.axes) or any(
-                x.shape != self.shape for x in (self.latency, self.state, self.distance, self.roof)):
+                x.shape != self.shape for x in (self.latency, self.state, self.distance)):
             raise ValueError("grid parts do not fit together")
         self.coords = [curve(v.astype(np.float64), k) for v, k in zip(self.values, self.curvature)]
         self._prepare_lookup()
@@ -215,6 +215,11 @@ class Grid:
 
     def _mesh(self) -> tuple[np.ndarray, ...]:
         return np.meshgrid(*[v.astype(np.float64) for v in self.values], indexing="ij")
+
+    def _roof_cells(self) -> np.ndarray:
+        """The roofline seconds of every lattice cell (NaN where not positive)."""
+        roof = np.asarray(self.roofline(self._mesh()), dtype=np.float64).ravel()
+        return np.where(roof > 0, roof, np.nan).reshape(self.shape)
 
     def _fill(self, index: tuple[np.ndarray, ...], latency: np.ndarray) -> None:
         # flat arrays over the lattice; per axis, a (outer, n, inner) view finds line neighbours
@@ -229,8 +234,7 @@ class Grid:
         measured = state == MEASURED_CELL
         cells = np.arange(size)
 
-        roof = np.asarray(self.roofline(self._mesh()), dtype=np.float64).ravel()
-        roof = np.where(roof > 0, roof, np.nan)
+        roof = self._roof_cells().ravel()
         self.roof = roof.reshape(shape)
 
         # interior cells: every axis that brackets the cell gives an estimate; the estimates
@@ -384,6 +388,12 @@ class Grid:
             dist: list[float] = self.__dict__["_dist_p"].tolist()
             self.__dict__["_dist_py"] = dist
             return dist
+        # a restored grid's roofline per cell (what its fill computed, the same expression)
+        if name == "roof" and "roofline" in self.__dict__:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                roof = self._roof_cells()
+            self.__dict__["roof"] = roof
+            return roof
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- scalar lookup --------------------------------------------------------------------

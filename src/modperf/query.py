@@ -211,8 +211,7 @@ class TableIndex:
         for b, key in enumerate(keyed.bucket_keys):
             groups.setdefault(tuple(key[i] for i in group_cols), []).append(b)
         values = {n: sorted({k[i] for k in keyed.bucket_keys}, key=_sort_key) for i, n in enumerate(names)}
-        axis_values = {a: sorted_unique(keyed.axes[a]).tolist() for a in keyed.spec.axes}
-        return cls(keyed, tuple(names[i] for i in group_cols), groups, values, axis_values)
+        return cls(keyed, tuple(names[i] for i in group_cols), groups, values, _AxisValues(keyed))
 
     def grid(self, group: tuple[Any, ...], system: str | None) -> Grid:
         grid = self.grids.get(group)
@@ -224,6 +223,22 @@ class TableIndex:
                 grid = build_grid(self, group, system)
                 self.grids[group] = grid
         return grid
+
+
+class _AxisValues(dict[str, list[int]]):
+    """Interpolation axis -> the distinct values the table holds, sorted; each sorted on first
+    use (a question giving every axis reads none)."""
+
+    def __init__(self, keyed: KeyedTable) -> None:
+        super().__init__()
+        self._keyed = keyed
+
+    def __missing__(self, axis: str) -> list[int]:
+        if axis not in self._keyed.spec.axes:
+            raise KeyError(axis)
+        found: list[int] = sorted_unique(self._keyed.axes[axis]).tolist()
+        self[axis] = found
+        return found
 
 
 def heads_is_axis(keyed: KeyedTable) -> bool:
@@ -245,14 +260,17 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
     buckets = index.groups[group]
     heads_axis = heads_is_axis(keyed)
     axes = ((HEADS,) if heads_axis else ()) + tuple(spec.axes)
-    rows = np.concatenate([np.arange(keyed.offsets[b], keyed.offsets[b + 1]) for b in buckets])
-    if drop_point is not None:
-        rows = rows[~np.isin(rows, drop_point)]
-    points = {a: keyed.axes[a][rows] for a in spec.axes}
-    if heads_axis:
-        point_bucket = np.repeat(np.arange(keyed.n_buckets), np.diff(keyed.offsets))
-        points[HEADS] = keyed.bucket_local[point_bucket[rows]]
-    latency = keyed.latency[rows]
+
+    def measured() -> tuple[dict[str, np.ndarray], np.ndarray]:  # (a restored grid needs neither)
+        rows = np.concatenate([np.arange(keyed.offsets[b], keyed.offsets[b + 1]) for b in buckets])
+        if drop_point is not None:
+            rows = rows[~np.isin(rows, drop_point)]
+        points = {a: keyed.axes[a][rows] for a in spec.axes}
+        if heads_axis:
+            point_bucket = np.repeat(np.arange(keyed.n_buckets), np.diff(keyed.offsets))
+            points[HEADS] = keyed.bucket_local[point_bucket[rows]]
+        return points, keyed.latency[rows]
+
     key = dict(zip(index.group_names, group))
     models = sorted({m for b in buckets for m in keyed.bucket_models[b]})
     geometry = dict(keyed.model_geometry.get(models[0], ())) if models else {}
@@ -265,7 +283,7 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
     fixed_heads = float(native_heads) / max(int(key[TP]), 1) if native_heads is not None and TP in key else \
         float(native_heads or 1)
     if isinstance(work, AxisWork):  # tables without a head axis: the family's row roofline
-        return _grid(keyed, group, system, gpu, axes, None, points, latency, work.shape_seconds, drop_point)
+        return _grid(keyed, group, system, gpu, axes, None, measured, work.shape_seconds, drop_point)
     if "num_tokens" in pos:
         pick: tuple[int | None, int | None, int | None, int | None] = (pos["num_tokens"], None, None, pos.get(HEADS))
         constant = (1.0, 1.0, 0.0, fixed_heads)
@@ -278,18 +296,18 @@ def build_grid(index: TableIndex, group: tuple[Any, ...], system: str | None, *,
         b, s, p, h = (values[i] if i is not None else c for i, c in zip(pick, constant))
         return seconds(b, s, p, h)
 
-    return _grid(keyed, group, system, gpu, axes, HEADS if heads_axis else None, points, latency, roofline, drop_point)
+    return _grid(keyed, group, system, gpu, axes, HEADS if heads_axis else None, measured, roofline, drop_point)
 
 
 def _grid(keyed: KeyedTable, group: tuple[Any, ...], system: str | None, gpu: Any, axes: tuple[str, ...],
-          heads_axis: str | None, points: dict[str, np.ndarray], latency: np.ndarray, roofline: Any,
-          drop_point: Any) -> Grid:
+          heads_axis: str | None, measured: Callable[[], tuple[dict[str, np.ndarray], np.ndarray]],
+          roofline: Any, drop_point: Any) -> Grid:
     """The grid of a group's points: restored from the persisted cache where the table came
     from its entry and the grid was kept (modperf.cache, "Grids beside the entries"), else
     built (and kept for the next process)."""
     home = keyed.cache_home if drop_point is None else None
     if home is None:
-        return Grid(axes, points, latency, roofline, heads_axis=heads_axis, limit=EXTRAPOLATION_LIMIT)
+        return Grid(axes, *measured(), roofline, heads_axis=heads_axis, limit=EXTRAPOLATION_LIMIT)
     identity = keyed_cache.grid_identity(home, group, system, gpu, axes, heads_axis, EXTRAPOLATION_LIMIT)
     parts = keyed_cache.load_grid(home, identity)
     if parts is not None:
@@ -297,7 +315,7 @@ def _grid(keyed: KeyedTable, group: tuple[Any, ...], system: str | None, gpu: An
             return Grid.restore(axes, parts, roofline, heads_axis=heads_axis, limit=EXTRAPOLATION_LIMIT)
         except (ValueError, KeyError, IndexError, TypeError):
             pass  # parts that do not fit: built again below (and the file replaced)
-    grid = Grid(axes, points, latency, roofline, heads_axis=heads_axis, limit=EXTRAPOLATION_LIMIT)
+    grid = Grid(axes, *measured(), roofline, heads_axis=heads_axis, limit=EXTRAPOLATION_LIMIT)
     keyed_cache.store_grid(home, identity, grid.fill_parts())
     return grid
 
@@ -924,9 +942,9 @@ class QueryEngine:
             axis_fields.append(HEADS)
         for a in spec.axes:
             axis_fields.append(a)
-            present = index.axis_values[a]
             if a in fields or a in vector_fields:
                 continue
+            present = index.axis_values[a]
             if len(present) == 1:
                 fixed[a] = int(present[0])
             elif a == "step" and spec.phase == "context":

@@ -366,3 +366,48 @@ def test_many_points_find_the_nearest_measured_cells_and_distances_of_the_scalar
     assert got.shape == (3, 2, 2)
     for j, b in enumerate((1, 8, 3)):
         assert [dict(zip(small.axes, c)) for c in got[j].tolist()] == small.nearest_covered([b, 64])
+
+
+@pytest.mark.parametrize("slot", [("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module"),
+                                  ("h200_sxm", "trtllm", "1.3.0rc20", "mla_generation_module"),
+                                  ("h200_sxm", "sglang", "0.5.14", "context_attention"),
+                                  ("h200_sxm", "sglang", "0.5.14", "generation_attention"),
+                                  ("h200_sxm", "trtllm", "1.3.0rc20", "gemm")])
+def test_the_search_by_blocks_finds_the_cells_of_the_dense_and_the_scalar_search(db, slot) -> None:
+    """The nearest measured cells by blocks (far blocks skipped) against every cell's distance
+    and against the scalar search, for many points of real grids: on lattice values and
+    between them (many equal distances, so the tie rule shows), inside the range and far
+    beyond it, with the heads given per point and as one value; 1, 3 and 7 cells."""
+    from tests.helpers import point_fields
+
+    keyed = db.table(*slot)
+    rng = np.random.default_rng(23)
+    searched = 0
+    for b in range(min(keyed.n_buckets, 3)):
+        grid = db.queries.grid(point_fields(keyed, b, int(keyed.offsets[b])))
+        n = 1500 if grid.n_measured < 4000 else 150  # (the dense search of gemm's 35,700 cells is slow)
+        cols: list[np.ndarray | int] = []
+        for values in grid.values:
+            lo, hi = int(values[0]), int(values[-1])
+            on = rng.choice(values, n)
+            between = (rng.choice(values, n) + rng.choice(values, n)) // 2
+            far = rng.integers(max(0, lo // 4), 4 * hi + 2, n)
+            cols.append(np.where(rng.random(n) < 0.4, on, np.where(rng.random(n) < 0.5, between, far)))
+        variants = [cols]
+        if grid.heads_pos is not None:
+            variants.append([int(grid.values[a][0]) if a == grid.heads_pos else c for a, c in enumerate(cols)])
+        for points in variants:
+            for count in (1, 3, 7):
+                k = min(count, grid.n_measured)
+                if grid._nearest_blocks(k) is None:
+                    continue
+                searched += 1
+                got = grid.nearest_covered_many(points, count)
+                dense = grid._nearest_dense(points, n, k)
+                idx, _ = grid._measured_octaves()
+                sub = np.unravel_index(idx[dense], grid.shape)
+                assert got.tolist() == np.stack([grid.values[a][sub[a]] for a in range(len(grid.axes))], -1).tolist()
+                for j in rng.choice(n, 50, replace=False).tolist():
+                    point = [c if isinstance(c, int) else int(c[j]) for c in points]
+                    assert [dict(zip(grid.axes, c)) for c in got[j].tolist()] == grid.nearest_covered(point, count)
+    assert searched >= 3

@@ -411,3 +411,12 @@ def test_the_search_by_blocks_finds_the_cells_of_the_dense_and_the_scalar_search
                     point = [c if isinstance(c, int) else int(c[j]) for c in points]
                     assert [dict(zip(grid.axes, c)) for c in got[j].tolist()] == grid.nearest_covered(point, count)
     assert searched >= 3
+
+
+def test_the_search_by_blocks_on_a_grid_of_one_block() -> None:
+    grid = make({(1, b): float(b) for b in range(1, 200, 3)})
+    assert grid._nearest_blocks(3) is not None
+    points = [1, np.arange(0, 700, 7)]
+    got = grid.nearest_covered_many(points)
+    for j, b in enumerate(range(0, 700, 7)):
+        assert [dict(zip(grid.axes, c)) for c in got[j].tolist()] == grid.nearest_covered([1, b])

@@ -797,10 +797,11 @@ class Grid:
         # a bound: the k-th smallest distance within the two blocks lowest so (one of them
         # holding at least k cells)
         lowest = full[np.argmin(low[:, full], axis=1)]
-        other = low.copy()
-        other[rows, lowest] = np.inf
-        second = np.argmin(other, axis=1)
-        near = np.concatenate((cells(rows, lowest), cells(rows, second)), axis=1)
+        near = cells(rows, lowest)
+        if low.shape[1] > 1:
+            other = low.copy()
+            other[rows, lowest] = np.inf
+            near = np.concatenate((near, cells(rows, np.argmin(other, axis=1))), axis=1)
         bound = np.partition(near, k - 1, axis=1)[:, k - 1]
         at, block = np.nonzero(low <= bound[:, None])
         d = cells(at, block)

@@ -173,10 +173,12 @@ def test_refused_and_extrapolated_points_are_written_from_their_plans_texts(db: 
         return ok, line
 
     monkeypatch.setattr(answerer, "reference", counted)
+    one_by_one = answerer._extrapolated  # (an extrapolated point's scalar lookup: the fallback)
+    monkeypatch.setattr(answerer, "_extrapolated", lambda *a: (by_reference.update(["scalar"]), one_by_one(*a))[1])
     out = [line for c in run_chunks(read_lines(io.BytesIO(batch)), answerer.answer, chunk=4096) for _, line in c]
     assert sum(line.startswith('{"error"') for line in out) >= 0.5 * len(out)
     assert sum('"kind": "extrapolated"' in line for line in out) >= 20
-    assert by_reference[False] == by_reference[True] == 0
+    assert by_reference[False] == by_reference[True] == by_reference["scalar"] == 0
 
 
 # -- a chunk's lines read in one JSON call ------------------------------------------------------

@@ -517,8 +517,12 @@ class Grid:
                 xc = np.clip(x, lo, hi)
                 out = xc != x
                 if out.any():
-                    xf = x.astype(np.float64)
-                    proj = proj + np.where(out, np.abs(np.log2(xf + 1.0) - np.log2(xc + 1.0)), 0.0)
+                    # by the scalar function, as the scalar lookup has it (np.log2 may differ
+                    # from it in the last bit): the distance spent is the scalar lookup's
+                    sel = np.flatnonzero(out)
+                    gone = np.zeros(n)
+                    gone[sel] = np.abs(_octaves(x[sel]) - _octaves(xc[sel]))
+                    proj = proj + gone
                     outside = out if outside is None else outside | out
                 x = xc
                 clipped[a] = xc
@@ -701,6 +705,20 @@ class Grid:
         farther, and the search finds every cell the scalar search ranks among its nearest,
         ties included."""
         idx, _ = self._measured_octaves()
+        sub = np.unravel_index(idx[self.nearest_covered_at(points, count)], self.shape)
+        return np.stack([np.asarray(self.values[a])[sub[a]] for a in range(len(self.axes))], axis=-1).astype(np.int64)
+
+    def measured_cell(self, position: int) -> tuple[int, ...]:
+        """The axis values of the measured cell at ``position`` (in flat order among the
+        measured cells, as :meth:`nearest_covered_at` gives them)."""
+        idx, _ = self._measured_octaves()
+        s = np.unravel_index(int(idx[position]), self.shape)
+        return tuple(int(self.values[a][s[a]]) for a in range(len(self.axes)))
+
+    def nearest_covered_at(self, points: Sequence[np.ndarray | int], count: int = 3) -> np.ndarray:
+        """:meth:`nearest_covered_many` as the cells' positions among the measured cells (in
+        flat order), shape (points, found)."""
+        idx, _ = self._measured_octaves()
         n = max([p.size for p in points if isinstance(p, np.ndarray)], default=1)
         k = min(count, idx.size)
         blocks = self._nearest_blocks(k) if k > 0 else None
@@ -723,8 +741,7 @@ class Grid:
                 hi = min(n, lo + step)
                 part = [t[lo:hi] if t.ndim == 2 else t for t in terms]
                 found[lo:hi] = self._nearest_in_blocks(part, hi - lo, k, blocks)
-        sub = np.unravel_index(idx[found], self.shape)
-        return np.stack([np.asarray(self.values[a])[sub[a]] for a in range(len(self.axes))], axis=-1).astype(np.int64)
+        return found
 
     def _nearest_blocks(self, k: int) -> tuple[Any, ...] | None:
         """The measured cells in blocks of equal values on the first ``q`` axes (the most
@@ -853,6 +870,12 @@ class Grid:
                 else:
                     found[lo:hi] = np.argsort(d, axis=1, kind="stable")[:, :k]
         return found
+
+
+def _octaves(x: np.ndarray) -> np.ndarray:
+    """:func:`octave` of every value (by the scalar function, once per distinct value)."""
+    uniq = sorted_unique(x)  # (np.unique imports numpy.ma on its first call)
+    return np.array([octave(float(v)) for v in uniq.tolist()])[np.searchsorted(uniq, x)]
 
 
 def _fit_curvature(x: np.ndarray, here: np.ndarray, p_i: np.ndarray, n_i: np.ndarray, y0: np.ndarray,

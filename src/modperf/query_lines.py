@@ -29,7 +29,7 @@ from . import errors as E
 from . import limits
 from .batch import error_line
 from .families.base import HEADS
-from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED
+from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED, Lookup
 from .jsonio import dumps, dumps_as_is, dumps_small
 from .query import _AXIS_NAMES, Answer, QueryEngine, _Plan, extrapolation_of, refusal_error, refusal_where
 
@@ -102,6 +102,8 @@ class LineAnswerer:
         self.engine = engine
         self._templates: dict[int, tuple[_Plan, _Template | None]] = {}
         self._refusals: dict[int, tuple[_Plan, _Refusal | None]] = {}
+        self._nearest_texts: dict[int, tuple[_Plan, dict[tuple[int, ...], tuple[str, str]]]] = {}
+        self._extrapolations: dict[int, tuple[_Plan, dict[tuple[str, ...], tuple[str, str] | bool]]] = {}
         self._slow: dict[tuple[Any, ...], tuple[bool, str]] = {}
         self._layouts: dict[tuple[str, ...], _Layout] = {}
 
@@ -208,8 +210,11 @@ class LineAnswerer:
         quality = template.quality
         slow = self._slow
         refused: list[tuple[int, int, tuple[Any, ...]]] = []  # (position, line, memo key)
+        extrapolated: list[tuple[int, int]] = []  # (position, line)
         for r, (i, kind, line) in enumerate(zip(rows, kind_list, lines)):
-            if kind in (EXACT, INTERPOLATED):
+            if kind == EXTRAPOLATED:
+                extrapolated.append((r, i))
+            elif kind in (EXACT, INTERPOLATED):
                 if latencies[r][-1] in "nf":  # nan, inf: the reference path writes what it becomes
                     continue
                 if quality:
@@ -233,8 +238,64 @@ class LineAnswerer:
                         slow.clear()
                     slow[memo] = found
                 out[i] = found
+        if extrapolated:
+            self._extrapolate(plan, template, cols, texts, latencies, spent, extrapolated, items, out)
         if refused:
             self._refuse(plan, cols, text_cols, spent, refused, items, out)
+
+    def _extrapolate(self, plan: _Plan, template: _Template, cols: list[Any], texts: list[list[str]],
+                     latencies: list[str], spent: np.ndarray, extrapolated: list[tuple[int, int]],
+                     items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]) -> None:
+        """The answer lines of a group's extrapolated points (positions in the group, lines):
+        the latency and the distance spent from the group's lookup (the scalar lookup's bit
+        for bit), the axes beyond the range from the point, the extrapolation part from the
+        plan's text for those axes (:func:`modperf.query.extrapolation_of` with a marker for
+        the distance)."""
+        grid = plan.grid
+        at = np.array([r for r, _ in extrapolated], dtype=np.intp)
+        beyond: list[Any] = []  # per axis: whether each point lies beyond its range (or one bool)
+        for a, c in enumerate(cols):
+            lo, hi = int(grid.values[a][0]), int(grid.values[a][-1])
+            if isinstance(c, np.ndarray):
+                beyond.append(((c[at] < lo) | (c[at] > hi)).tolist())
+            else:
+                beyond.append(itertools.repeat(not lo <= c <= hi))
+        distances = spent[at].tolist()
+        parts = _kept(self._extrapolations, plan, lambda _: {})
+        fmt = template.fmt
+        for (r, i), distance, *outside in zip(extrapolated, distances, *beyond):
+            axes = tuple([grid.axes[a] for a, o in enumerate(outside) if o])
+            text = parts.get(axes)
+            if text is None:
+                text = parts[axes] = self._extrapolation_text(plan, axes)
+            latency = latencies[r]
+            if text is False or latency[-1] in "nf" or not distance > 0.0:  # (the last: not extrapolated)
+                found = self._extrapolated(plan, template, [c if isinstance(c, int) else int(c[r]) for c in cols],
+                                           [t[r] for t in texts])
+                out[i] = found if found is not None else self.reference(items[i])
+                continue
+            notes = None
+            if template.quality:
+                notes = self.engine._quality_of(plan, [c if isinstance(c, int) else int(c[r]) for c in cols])
+            extrapolation = text[0] + float.__repr__(round(distance, 6)) + text[1]
+            out[i] = (True, fmt % (latency, '"extrapolated"', extrapolation, *[t[r] for t in texts],
+                                   "null" if notes is None else dumps_small(notes)))
+
+    @staticmethod
+    def _extrapolation_text(plan: _Plan, axes: tuple[str, ...]) -> tuple[str, str] | bool:
+        """The plan's extrapolation part for points beyond the range of ``axes``, as the text
+        before and after the distance; False where a marker distance does not show once."""
+        marker = 987654.321  # (round(marker, 6) is marker)
+        found = Lookup(0.0, EXTRAPOLATED, marker, (), axes)
+        try:
+            text = dumps_as_is(extrapolation_of(plan.grid, plan.template.system, found))
+        except ValueError:
+            return False
+        mark = float.__repr__(marker)
+        if text.count(mark) != 1:
+            return False
+        before, after = text.split(mark)
+        return before, after
 
     def _extrapolated(self, plan: _Plan, template: _Template, point: list[int], texts: list[str]
                       ) -> tuple[bool, str] | None:
@@ -264,17 +325,26 @@ class LineAnswerer:
             found_lines = [self.reference(items[i]) for _, i, _ in refused]
         else:
             at = np.array([r for r, _, _ in refused], dtype=np.intp)
-            nearest = plan.grid.nearest_covered_many([c if isinstance(c, int) else c[at] for c in cols]).tolist()
+            grid = plan.grid
+            nearest = grid.nearest_covered_at([c if isinstance(c, int) else c[at] for c in cols]).tolist()
             local = repr(plan.local)
             axis_texts = [[local] * len(refused) if j not in text_cols else [text_cols[j][r] for r, _, _ in refused]
                           for j in range(len(cols))]
             cell_fmt, fmt = refusal.cell_fmt, refusal.fmt
             finite = np.isfinite(spent[at]).tolist()
             wheres = (refusal_where(math.inf), refusal_where(0.0))
+            # the nearest cells' text (as a list's repr, and as JSON), per set of cells
+            texts = _kept(self._nearest_texts, plan, lambda _: {})
+            if len(texts) >= _KEEP_POINTS:
+                texts.clear()
             found_lines = []
             for n, (cells, parts) in enumerate(zip(nearest, zip(*axis_texts))):
-                near = "[" + ", ".join([cell_fmt % tuple(c) for c in cells]) + "]"
-                found_lines.append((False, fmt % (cell_fmt % parts, wheres[finite[n]], near, near.replace("'", '"'))))
+                key = tuple(cells)
+                near = texts.get(key)
+                if near is None:
+                    listed = "[" + ", ".join([cell_fmt % grid.measured_cell(c) for c in cells]) + "]"
+                    near = texts[key] = (listed, listed.replace("'", '"'))
+                found_lines.append((False, fmt % (cell_fmt % parts, wheres[finite[n]], *near)))
         if len(slow) + len(refused) >= _KEEP_POINTS:
             slow.clear()
         for (_, i, memo), found in zip(refused, found_lines):

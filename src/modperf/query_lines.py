@@ -119,22 +119,44 @@ class LineAnswerer:
         out: list[tuple[bool, str] | None] = [None] * len(items)
         # lines are grouped by their field names (in order) and the values and types of the
         # non-axis ones: a group is finer than the plan cache's key, so one plan answers it
-        groups: dict[tuple[Any, ...], list[int]] = {}
-        layouts = self._layouts
-        for i, fields in enumerate(items):
-            names = tuple(fields)
-            layout = layouts.get(names)
-            if layout is None:
-                layout = self._layout(names)
-            values = layout.plan_values(fields)
-            try:
-                groups.setdefault((layout, values, tuple(map(type, values))), []).append(i)
-            except TypeError:  # an unhashable value: the reference path says what is wrong
-                out[i] = self.reference(fields)
-        for (layout, values, types), rows in groups.items():
+        for (layout, values, types), rows in self._groups(items, out).items():
             key = tuple(zip(layout.plan_names, types, values))
             self._group(layout, key, rows, items, out)
         return [o if o is not None else self.reference(items[i]) for i, o in enumerate(out)]
+
+    def _groups(self, items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]
+                ) -> dict[tuple[Any, ...], list[int]]:
+        """The lines of each group (key: layout, non-axis values, their types); a line whose
+        value cannot be a key is answered (by the reference path) into ``out``."""
+        names = list(map(tuple, items))
+        layouts = self._layouts
+        if names.count(names[0]) == len(names) if names else False:
+            # one layout (the common chunk): the keys made a chunk at a time
+            layout = layouts.get(names[0]) or self._layout(names[0])
+            values = list(map(layout.plan_values, items))
+            keys = list(zip(itertools.repeat(layout), values, map(tuple, map(map, itertools.repeat(type), values))))
+            index: dict[tuple[Any, ...], int] = {}
+            try:
+                ids = [index.setdefault(k, len(index)) for k in keys]
+            except TypeError:  # an unhashable value: line by line below
+                pass
+            else:
+                if len(index) == 1:
+                    return {keys[0]: list(range(len(items)))}
+                found: dict[tuple[Any, ...], list[int]] = {k: [] for k in index}
+                rows = list(found.values())
+                for i, g in enumerate(ids):
+                    rows[g].append(i)
+                return found
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, (fields, line_names) in enumerate(zip(items, names)):
+            layout = layouts.get(line_names) or self._layout(line_names)
+            plan_values = layout.plan_values(fields)
+            try:
+                groups.setdefault((layout, plan_values, tuple(map(type, plan_values))), []).append(i)
+            except TypeError:  # an unhashable value: the reference path says what is wrong
+                out[i] = self.reference(fields)
+        return groups
 
     @staticmethod
     def _columns(plan: _Plan, layout: _Layout, rows: list[int], items: Sequence[Mapping[str, Any]]
@@ -201,43 +223,43 @@ class LineAnswerer:
             return
         cols, text_cols = columns
         lat, kinds, spent = plan.grid.lookup_many_spent(cols)
-        kind_list = kinds.tolist()
         texts = [text_cols[j] for j in template.field_order]
         fmt = template.fmt
         latencies = list(map(float.__repr__, lat.tolist()))
-        lines = [fmt % parts for parts in zip(latencies, map(_KIND_TEXT.__getitem__, kind_list),
-                                              itertools.repeat("null"), *texts, itertools.repeat("null"))]
-        quality = template.quality
+        # exact and interpolated points of finite latency: the template filled in (a NaN or an
+        # infinity: the reference path writes what it becomes)
+        plain = ((kinds == EXACT) | (kinds == INTERPOLATED)) & np.isfinite(lat)
+        if plain.all():
+            at: list[int] | range = range(len(rows))
+            sel_rows, sel_lat, sel_kind, sel_texts = rows, latencies, kinds.tolist(), texts
+        else:
+            at = np.flatnonzero(plain).tolist()
+            sel_rows, sel_lat, sel_kind = list(map(rows.__getitem__, at)), list(map(latencies.__getitem__, at)), \
+                kinds[plain].tolist()
+            sel_texts = [list(map(t.__getitem__, at)) for t in texts]
+        lines = [fmt % parts for parts in zip(sel_lat, map(_KIND_TEXT.__getitem__, sel_kind),
+                                              itertools.repeat("null"), *sel_texts, itertools.repeat("null"))]
+        if template.quality:
+            for n, (r, kind) in enumerate(zip(at, sel_kind)):
+                notes = engine._quality_of(plan, [c if isinstance(c, int) else int(c[r]) for c in cols])
+                if notes is not None:
+                    lines[n] = fmt % (latencies[r], _KIND_TEXT[kind], "null", *[t[r] for t in texts],
+                                      dumps_small(notes))
+        for i, line in zip(sel_rows, lines):
+            out[i] = (True, line)
+        if plain.all():
+            return
+        extrapolated = [(r, rows[r]) for r in np.flatnonzero(kinds == EXTRAPOLATED).tolist()]
+        # refused: depends on nothing but the plan and the point (kept for the batch)
         slow = self._slow
         refused: list[tuple[int, int, tuple[Any, ...]]] = []  # (position, line, memo key)
-        extrapolated: list[tuple[int, int]] = []  # (position, line)
-        for r, (i, kind, line) in enumerate(zip(rows, kind_list, lines)):
-            if kind == EXTRAPOLATED:
-                extrapolated.append((r, i))
-            elif kind in (EXACT, INTERPOLATED):
-                if latencies[r][-1] in "nf":  # nan, inf: the reference path writes what it becomes
-                    continue
-                if quality:
-                    point = [c if isinstance(c, int) else int(c[r]) for c in cols]
-                    notes = engine._quality_of(plan, point)
-                    if notes is not None:
-                        line = fmt % (latencies[r], _KIND_TEXT[kind], "null", *[t[r] for t in texts],
-                                      dumps_small(notes))
-                out[i] = (True, line)
-            else:  # extrapolated or refused: depends on nothing but the plan and the point
-                memo = (key, tuple([c if isinstance(c, int) else int(c[r]) for c in cols]))
-                found = slow.get(memo)
-                if found is None:
-                    if kind == REFUSED:
-                        refused.append((r, i, memo))
-                        continue
-                    found = self._extrapolated(plan, template, list(memo[1]), [t[r] for t in texts])
-                    if found is None:
-                        found = self.reference(items[i])
-                    if len(slow) >= _KEEP_POINTS:
-                        slow.clear()
-                    slow[memo] = found
-                out[i] = found
+        for r in np.flatnonzero(kinds == REFUSED).tolist():
+            memo = (key, tuple([c if isinstance(c, int) else int(c[r]) for c in cols]))
+            found = slow.get(memo)
+            if found is None:
+                refused.append((r, rows[r], memo))
+            else:
+                out[rows[r]] = found
         if extrapolated:
             self._extrapolate(plan, template, cols, texts, latencies, spent, extrapolated, items, out)
         if refused:

@@ -253,8 +253,12 @@ class LineAnswerer:
         # refused: depends on nothing but the plan and the point (kept for the batch)
         slow = self._slow
         refused: list[tuple[int, int, tuple[Any, ...]]] = []  # (position, line, memo key)
-        for r in np.flatnonzero(kinds == REFUSED).tolist():
-            memo = (key, tuple([c if isinstance(c, int) else int(c[r]) for c in cols]))
+        refused_at = np.flatnonzero(kinds == REFUSED).tolist()
+        # a point by its axis values' text (the heads, where an axis, are the plan's)
+        points = zip(*[list(map(t.__getitem__, refused_at)) for t in text_cols.values()]) if text_cols \
+            else itertools.repeat(())
+        for r, point in zip(refused_at, points):
+            memo = (key, point)
             found = slow.get(memo)
             if found is None:
                 refused.append((r, rows[r], memo))

@@ -8,6 +8,7 @@ being answered: each such line gets its own error line.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import json.scanner
@@ -280,16 +281,25 @@ def run_chunks(lines: Iterable[bytes | str | LineTooLong],
         except OSError as exc:  # the input failed mid-way: the lines read before it are answered first
             failed = exc
         if got:
-            objs, misses = _flat_objects(got)
-            if not misses:  # every line one flat object: answered as they are
-                found = cast("list[dict[str, Any]]", objs)
-                queries = [{**base, **obj} for obj in found] if base else found
-                answered = answer_many(queries)
-                if len(answered) != len(queries):
-                    raise ValueError(f"{len(answered)} answers to {len(queries)} queries")
-                yield answered
-            else:
-                yield _run_chunk_by_line(got, objs, misses, first, answer_many, base)
+            # the cyclic garbage collector paused while a chunk is read and answered: it makes
+            # thousands of objects that live until its answers are written (and no cycles), on
+            # which the collector would run again and again, through every object of the process
+            paused = gc.isenabled()
+            gc.disable()
+            try:
+                objs, misses = _flat_objects(got)
+                if not misses:  # every line one flat object: answered as they are
+                    found = cast("list[dict[str, Any]]", objs)
+                    queries = [{**base, **obj} for obj in found] if base else found
+                    answered = answer_many(queries)
+                    if len(answered) != len(queries):
+                        raise ValueError(f"{len(answered)} answers to {len(queries)} queries")
+                else:
+                    answered = _run_chunk_by_line(got, objs, misses, first, answer_many, base)
+            finally:
+                if paused:
+                    gc.enable()
+            yield answered
             first += len(got)
         if failed is not None:
             raise failed

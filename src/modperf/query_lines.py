@@ -169,13 +169,14 @@ class LineAnswerer:
         text_cols: dict[int, list[str]] = {}
         n = len(rows)
         bad: set[int] = set()
+        lines = items if n == len(items) else list(map(items.__getitem__, rows))  # (rows: every line, or some)
         for j, name in enumerate(plan.axis_fields):
             if name == HEADS:
                 cols.append(plan.local)
                 continue
             fixed = plan.fixed.get(name)
             if name in layout.axis_names:
-                col = [items[i][name] for i in rows]
+                col = list(map(operator.itemgetter(name), lines))
                 if None in col:
                     if fixed is None:
                         bad.update(i for i, v in zip(rows, col) if v is None)
@@ -249,23 +250,33 @@ class LineAnswerer:
             out[i] = (True, line)
         if plain.all():
             return
-        extrapolated = [(r, rows[r]) for r in np.flatnonzero(kinds == EXTRAPOLATED).tolist()]
-        # refused: depends on nothing but the plan and the point (kept for the batch)
+        # extrapolated or refused: depends on nothing but the plan and the point (the text
+        # kept for the batch, by the point's axis values' text; the heads are the plan's)
         slow = self._slow
         refused: list[tuple[int, int, tuple[Any, ...]]] = []  # (position, line, memo key)
-        refused_at = np.flatnonzero(kinds == REFUSED).tolist()
-        # a point by its axis values' text (the heads, where an axis, are the plan's)
-        points = zip(*[list(map(t.__getitem__, refused_at)) for t in text_cols.values()]) if text_cols \
+        extrapolated: list[tuple[int, int]] = []  # (position, line)
+        memos: list[tuple[Any, ...]] = []
+        other = np.flatnonzero(~plain).tolist()
+        points = zip(*[list(map(t.__getitem__, other)) for t in text_cols.values()]) if text_cols \
             else itertools.repeat(())
-        for r, point in zip(refused_at, points):
+        for r, kind, point in zip(other, kinds[~plain].tolist(), points):
             memo = (key, point)
             found = slow.get(memo)
-            if found is None:
-                refused.append((r, rows[r], memo))
-            else:
+            if found is not None:
                 out[rows[r]] = found
+            elif kind == REFUSED:
+                refused.append((r, rows[r], memo))
+            elif kind == EXTRAPOLATED:
+                extrapolated.append((r, rows[r]))
+                memos.append(memo)
         if extrapolated:
             self._extrapolate(plan, template, cols, texts, latencies, spent, extrapolated, items, out)
+            if len(slow) + len(memos) >= _KEEP_POINTS:
+                slow.clear()
+            for (_, i), memo in zip(extrapolated, memos):
+                found = out[i]
+                if found is not None:
+                    slow[memo] = found
         if refused:
             self._refuse(plan, cols, text_cols, spent, refused, items, out)
 

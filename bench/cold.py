@@ -324,8 +324,13 @@ def batch_rows(args: argparse.Namespace, db: modperf.Database, family_rows: list
                 statistics.median(seconds[(name, source, small)])
             return (large - small) / extra / 1000
 
+        def spread(name: str, source: str, n: int, seconds: dict = seconds) -> str:
+            runs = seconds[(name, source, n)]
+            return f"({n / max(runs) / 1000:.1f}-{n / min(runs) / 1000:.1f}k)"
+
         def rates(name: str, source: str) -> str:
-            return f"{rate(name, source, small):.1f}k; {large:,} lines: {rate(name, source, large):.1f}k; " \
+            return f"{rate(name, source, small):.1f}k {spread(name, source, small)}; {large:,} lines: " \
+                   f"{rate(name, source, large):.1f}k {spread(name, source, large)}; " \
                    f"past the start: {past_start(name, source):.1f}k"
 
         for source in ("file", "stdin"):

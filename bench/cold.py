@@ -317,8 +317,8 @@ def batch_lines(db: modperf.Database, family_rows: list[Any], workload: str, n: 
 def batch_rows(args: argparse.Namespace, db: modperf.Database, family_rows: list[Any], trees: list[tuple[str, str]],
                cache_dir: str) -> list[tuple[str, str, str, str, str]]:
     """``modperf query --batch`` lines per second, whole process, from a file and from stdin:
-    every tree at ``--batch-lines``, this tree also at ten times that and its rate past the
-    start (the lines beyond the smaller batch over the extra time)."""
+    every tree at ``--batch-lines`` and at ten times that, and its rate past the start (the
+    lines beyond the smaller batch over the extra time)."""
     rows = []
     small, large = args.batch_lines, 10 * args.batch_lines
     for workload in ("mixed", "sweep"):
@@ -329,7 +329,7 @@ def batch_rows(args: argparse.Namespace, db: modperf.Database, family_rows: list
         seconds: dict[tuple[str, str, int], list[float]] = {}
         for _ in range(max(1, args.runs // 2)):
             for name, src in trees:
-                for n in (small, large) if name == "modperf" else (small,):
+                for n in (small, large):
                     for source in ("file", "stdin"):
                         cmd = [sys.executable, "-m", "modperf", "query", "--batch", str(path[n]) if source == "file"
                                else "-"]  # (paths without spaces: tempfile's)
@@ -345,17 +345,26 @@ def batch_rows(args: argparse.Namespace, db: modperf.Database, family_rows: list
         def rate(name: str, source: str, n: int, seconds: dict = seconds) -> float:
             return n / statistics.median(seconds[(name, source, n)]) / 1000
 
-        def past_start(source: str, seconds: dict = seconds) -> float:
-            extra = statistics.median(seconds[("modperf", source, large)]) - \
-                statistics.median(seconds[("modperf", source, small)])
+        def past_start(name: str, source: str, seconds: dict = seconds) -> float:
+            extra = statistics.median(seconds[(name, source, large)]) - \
+                statistics.median(seconds[(name, source, small)])
             return (large - small) / extra / 1000
 
+        def spread(name: str, source: str, n: int, seconds: dict = seconds) -> str:
+            runs = seconds[(name, source, n)]
+            return f"({n / max(runs) / 1000:.1f}-{n / min(runs) / 1000:.1f}k)"
+
+        def rates(name: str, source: str) -> str:
+            return f"{rate(name, source, small):.1f}k {spread(name, source, small)}; {large:,} lines: " \
+                   f"{rate(name, source, large):.1f}k {spread(name, source, large)}; " \
+                   f"past the start: {past_start(name, source):.1f}k"
+
         for source in ("file", "stdin"):
-            mine = f"{rate('modperf', source, small):.1f}k; {large:,} lines: {rate('modperf', source, large):.1f}k; " \
-                   f"past the start: {past_start(source):.1f}k"
-            before = f"{rate('before', source, small):.1f}k" if args.before else "-"
-            ratio = f"{rate('modperf', source, small) / rate('before', source, small):.2f}x before" \
-                if args.before else "-"
+            mine = rates("modperf", source)
+            before = rates("before", source) if args.before else "-"
+            ratio = f"{rate('modperf', source, small) / rate('before', source, small):.2f}x / " \
+                f"{rate('modperf', source, large) / rate('before', source, large):.2f}x / " \
+                f"{past_start('modperf', source) / past_start('before', source):.2f}x before" if args.before else "-"
             rows.append((f"query --batch ({workload}, {source}), lines per second, whole process ({small:,} lines)",
                          "no batch mode", mine, before, ratio))
     return rows

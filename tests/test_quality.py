@@ -12,7 +12,8 @@ from modperf import errors as E
 from modperf.catalog import TableRef
 from modperf.loader import load_one
 from modperf.models import ModelRegistry
-from modperf.quality import Thresholds, assess, assess_tables
+from modperf.quality import Thresholds, assess, assess_buckets, assess_tables
+from modperf.query import TableIndex
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +175,37 @@ def test_nccl_folders_are_releases_and_the_column_is_provenance() -> None:
     (misplaced,) = [f for f in report.files if f.failures]
     assert misplaced.ref.label == "b300_sxm/comm/trtllm/1.3.0rc10/nccl"
     assert [x.kind for x in misplaced.failures] == ["misplaced_table"]
+
+
+@pytest.mark.parametrize("asked", [("h200_sxm", "trtllm", "1.3.0rc20", "generation_attention"),
+                                   ("l40s", "trtllm", "1.0.0", "moe"), ("h200_sxm", "vllm", "0.24.0", "gemm")])
+def test_one_group_assessed_alone_finds_what_the_whole_table_finds_there(db, asked: tuple[str, ...]) -> None:
+    """A query's notes assess only its group (assess_buckets): for every group of a real file,
+    every finding, in order, is the whole-table assessment's on that group, the other files
+    (versions, backends) being compared as a query compares them."""
+    store = db.queries.store
+    system, backend, version, table = asked
+    mine = store.table(*asked)
+    others = [store.load(ref) for ref in store.catalog.select(system=system, table=table, physical=True)
+              if ref.path != mine.ref.path]
+    assert others
+    order = [mine, *others]
+    (whole, *_) = assess_tables(order, examples=0)
+    bucket_of = [tuple(f.bucket[n] for n in mine.key_names) for f in whole.findings]
+    kept = [mine.key_names.index(n) for n in mine.key_names if n != "kernel_source"]
+    kinds: dict[str, int] = {}
+    merged_kernels = 0  # groups whose keys, without kernel_source, are another group's too
+    for buckets in TableIndex.build(mine).groups.values():
+        keys = {mine.bucket_keys[b] for b in buckets}
+        want = [f.to_dict() for f, key in zip(whole.findings, bucket_of) if key in keys]
+        got = [f.to_dict() for f in assess_buckets(order, buckets)]
+        assert got == want
+        for f in got:
+            kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
+        reduced = {tuple(key[k] for k in kept) for key in keys}
+        merged_kernels += any(key not in keys and tuple(key[k] for k in kept) in reduced for key in mine.bucket_keys)
+    assert kinds == {k: v for k, v in whole.counts.items() if v}
+    if table == "generation_attention":
+        assert kinds["spike"] > 0 and kinds["cross_file"] > 0
+    else:  # kernels of one key in several groups: the fastest of them is compared across files
+        assert merged_kernels > 0

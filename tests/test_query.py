@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import modperf
 from modperf import errors as E
 from modperf.interp import CURVATURES, curve
+from modperf.query import QueryEngine
 
 # gemm_type is left to the model's checkpoint (modperf.resolve): Kimi-K3's dense layers are
 # bfloat16, DeepSeek-V3's fp8_block
@@ -471,3 +472,21 @@ def test_query_many_of_one_point_answers_as_the_vectorised_path(db: modperf.Data
         else:
             two = db.query_many(**MLA_TRTLLM, batch_size=np.array([4, 4]), isl=np.array([2048, 2048]))
             assert one.latency_ms.tobytes() == two.latency_ms[:1].tobytes()
+
+
+@pytest.mark.parametrize("slot", [("h200_sxm", "trtllm", "1.3.0rc20", "generation_attention"),
+                                  ("h200_sxm", "sglang", "0.5.14", "dsv4_csa_generation_module")])
+def test_quality_notes_group_by_group_are_the_whole_tables(db: modperf.Database, slot: tuple[str, ...]) -> None:
+    """A table past QUALITY_WHOLE_POINTS has its notes assessed group by group: every group's
+    notes (points, values, references, order) are those of the whole-table assessment."""
+    engine = db.queries
+    keyed = engine.store.table(*slot)
+    by_group = QueryEngine(engine.store, engine.models)
+    by_group.QUALITY_WHOLE_POINTS = 0
+    noted = 0
+    for group in engine.index(keyed).groups:
+        whole = engine._findings(keyed, group)
+        assert by_group._findings(keyed, group) == whole
+        noted += bool(whole)
+    assert noted > 0
+    assert by_group._quality_index == {}  # never assessed whole

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.helpers import point_fields, run_cli
 
 import modperf
+from modperf import batch as batch_module
 from modperf.batch import read_lines, run_chunks, run_lines
 from modperf.query_lines import LineAnswerer
 
@@ -170,7 +173,75 @@ def test_refused_and_extrapolated_points_are_written_from_their_plans_texts(db: 
         return ok, line
 
     monkeypatch.setattr(answerer, "reference", counted)
+    one_by_one = answerer._extrapolated  # (an extrapolated point's scalar lookup: the fallback)
+    monkeypatch.setattr(answerer, "_extrapolated", lambda *a: (by_reference.update(["scalar"]), one_by_one(*a))[1])
     out = [line for c in run_chunks(read_lines(io.BytesIO(batch)), answerer.answer, chunk=4096) for _, line in c]
     assert sum(line.startswith('{"error"') for line in out) >= 0.5 * len(out)
     assert sum('"kind": "extrapolated"' in line for line in out) >= 20
-    assert by_reference[False] == by_reference[True] == 0
+    assert by_reference[False] == by_reference[True] == by_reference["scalar"] == 0
+
+
+# -- a chunk's lines read in one JSON call ------------------------------------------------------
+
+#: Lines the chunk reader must leave to the line-by-line reader, or read as the line alone
+#: gives: each beside good lines in a chunk.
+AWKWARD = [b'{"batch_size": NaN}', b'{"isl": 1, "isl": 2}', b'{"isl": 1, "isl": 1}', b'{"a": "x", "b": 1, "a": "y"}',
+           b'{"a": Infinity}', b'{"a": 1, "b": {"c": 2}}', b'{"a": [1, 2]}', b'{"a": {"b": 1, "b": 2}}',
+           b'\xef\xbb\xbf{}', b'{"t": "\xff"}', b'{"t": "\xc3"}', b'{"a": 1}, {"b": 2}', b'{"a": 1}, "x"',
+           b'{"a": 1', b'"b": 2}', b'{"a": 1}}', b'{', b'}', b'{"a": "{"}', b'{"a": "["}',
+           b'{"a": "\\u0022", "a": 1}', b'{"a\\"": 1, "a\\"": 2}', b' {"a": 1}', b'{"a": 1} ', b'\t{}\r', b'',
+           b'   ', b'[1]', b'1', b'{}', b'{"n": 1' + b"0" * 5000 + b"}", b'{"a": -0}', b'{"a": 01}',
+           b'{"a": 1.5e3, "b": true, "c": null, "d": "\xc3\xa9,:"}', b'{"a": "\x01"}', b'{,}', b'{"a": 1,}',
+           b'{"a": "\n"}']
+
+
+def _typed(obj):
+    return None if obj is None else [(k, type(v), v) for k, v in obj.items()]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(AWKWARD),
+                          st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=4),
+                                                                       st.booleans(), st.none(), st.floats(
+                                                                           allow_nan=False, allow_infinity=False)),
+                                          max_size=4).map(lambda d: json.dumps(d).encode())),
+                min_size=1, max_size=12))
+def test_a_chunk_read_at_once_gives_what_each_line_alone_gives(lines: list[bytes]) -> None:
+    """Every object the chunk reader gives is the object the one-line reader gives (types and
+    key order too); what it leaves (None) the line-by-line path reads."""
+    lines = [line + b"\n" for line in lines]
+    objs, misses = batch_module._flat_objects(lines)
+    assert misses == [k for k, obj in enumerate(objs) if obj is None]
+    for line, obj in zip(lines, objs):
+        if obj is not None:
+            assert _typed(obj) == _typed(batch_module._flat_object(line))
+
+
+def test_one_bad_line_leaves_the_rest_of_its_chunk_read_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    good = [json.dumps({"table": "t", "isl": k, "name": f"a,b:{k}"}).encode() + b"\n" for k in range(200)]
+    for bad in AWKWARD:
+        lines = [*good[:77], bad + b"\n", *good[77:]]
+        objs, misses = batch_module._flat_objects(lines)
+        assert all(_typed(obj) == _typed(batch_module._flat_object(line)) for line, obj in zip(lines, objs) if obj)
+        assert set(misses) <= {77}  # (the array's reading of the others survives the bad line)
+    calls = []
+    decode = batch_module._DECODE_DICTS.decode
+    monkeypatch.setattr(batch_module, "_DECODE_DICTS", type("D", (), {"decode": lambda self, text: (
+        calls.append(text), decode(text))[1]})())
+    batch_module._flat_objects([*good[:77], b'{"isl": 1' + b"0" * 5000 + b'}\n', *good[77:]])
+    assert len(calls) <= 2 * 9  # halving down to the line without a position: a few reads, not one per line
+    calls.clear()
+    objs, misses = batch_module._flat_objects([*good[:77], b'{"isl": NaN}\n', b'{"a": 1, "a": 2}\n', *good[77:]])
+    assert len(calls) == 1 and misses == [77, 78]
+
+
+def test_chunks_with_awkward_lines_write_the_reference_bytes(db: modperf.Database) -> None:
+    rng = np.random.default_rng(3)
+    good = [json.dumps({**KIMI, "isl": int(isl)}).encode() for isl in rng.integers(1, 9000, size=300)]
+    lines = good + AWKWARD * 3
+    data = b"\n".join(lines[i] for i in rng.permutation(len(lines))) + b"\n"
+    reference = [line for _, line in run_lines(read_lines(io.BytesIO(data)), db.queries.query)]
+    for chunk in (1, 7, 64, 4096):
+        answerer = LineAnswerer(db.queries)
+        out = [line for c in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=chunk) for _, line in c]
+        assert out == reference

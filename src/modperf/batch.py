@@ -8,11 +8,12 @@ being answered: each such line gets its own error line.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import json.scanner
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from . import errors as E
 from .jsonio import dumps, dumps_small
@@ -157,6 +158,107 @@ def _flat_object(line: bytes | str | LineTooLong) -> dict[str, Any] | None:
     return obj
 
 
+#: A decoder of a whole chunk at once (a JSON array of the chunk's lines): objects as dicts,
+#: which the C scanner builds without a Python call; what a dict hides (a repeated key) is
+#: found by counting quotes (:func:`_flat_objects`).
+class _Constant:
+    """Stands for a NaN or Infinity read in a chunk (its line is then read on its own, which
+    refuses it): a failure would not say where it is."""
+
+
+_DECODE_DICTS = json.JSONDecoder(parse_constant=lambda _: _Constant())
+
+
+def _flat_objects(lines: list[bytes | str | LineTooLong]) -> tuple[list[dict[str, Any] | None], list[int]]:
+    """Per line, :func:`_flat_object` of it or None, and the positions of the Nones: the lines
+    that are one flat object are read in one JSON call per chunk where that can be trusted
+    (every other line, and every line of a part that fails, gets None, and is then read on its
+    own)."""
+    n = len(lines)
+    out: list[dict[str, Any] | None] = [None] * n
+    raw = cast("list[bytes]", lines)  # (until a line that is not bytes makes the join fail)
+    try:
+        joined: bytes | None = b"\n,".join(raw)
+    except TypeError:
+        joined = None
+    if joined is not None and joined.count(b"{") == n and [line[:1] for line in raw].count(b"{") == n \
+            and b"[" not in joined and b"\\" not in joined:
+        picked = list(range(n))  # (the common chunk: the checks below, made once for all its lines)
+    else:
+        picked = [i for i, line in enumerate(raw) if type(line) is bytes and line[:1] == b"{"
+                  and line.count(b"{") == 1 and b"[" not in line and b"\\" not in line]
+        joined = None
+    if picked:
+        _decode_flat([raw[i] for i in picked], picked, out, joined, [_FAILED_READS])
+    return out, [i for i, obj in enumerate(out) if obj is None] if None in out else []
+
+
+#: Failed array reads a chunk may make before its remaining lines are read one at a time (each
+#: failure reads again the part after the failing line: a chunk of many bad lines would cost
+#: the square of its length).
+_FAILED_READS = 64
+
+
+def _decode_flat(lines: list[bytes], at: list[int], out: list[dict[str, Any] | None], joined: bytes | None,
+                 budget: list[int]) -> None:
+    """``out[at[k]]`` = the object of ``lines[k]``, read as one JSON array, for lines that each
+    begin with their only ``{`` and hold no ``[`` and no backslash; where the array fails, the
+    part before the failing line and the part after it are read again and the failing line is
+    left None (a failure without a position: each half again), as long as ``budget[0]``, the
+    failures a chunk may still make, lasts.
+
+    Why one array reads each line as the line alone: each line holds exactly one ``{``, its
+    first byte, so the array's k-th object begins at line k's first byte and (a string cannot
+    hold the raw newline before each inserted comma, and a key cannot begin with ``{``) ends
+    within it: the object is the line's text without its blanks, and it is flat (no other
+    ``{``, no ``[``). A repeated key, which a dict hides, shows in the count of quotes: without
+    a backslash every ``"`` delimits a string, so a line of p pairs of which s have string
+    values holds 2 (p + s) of them, and its dict keeps at most as many pairs and string
+    values, strictly fewer pairs where a key repeats."""
+    m = len(lines)
+    if m == 0 or budget[0] <= 0:
+        return
+    if joined is None:
+        joined = b"\n,".join(lines)
+    fail: int | None = None
+    try:
+        text = "[" + joined.decode("utf-8") + "]"
+    except UnicodeDecodeError as exc:
+        fail = joined.count(b"\n,", 0, exc.start)
+    try:
+        if fail is None:
+            objs = _DECODE_DICTS.decode(text)
+    except json.JSONDecodeError as exc:
+        fail = text.count("\n,", 0, exc.pos)
+    except (ValueError, RecursionError):  # an integer of thousands of digits: no position
+        budget[0] -= 1
+        if m == 1:
+            return
+        half = m // 2
+        _decode_flat(lines[:half], at[:half], out, None, budget)
+        _decode_flat(lines[half:], at[half:], out, None, budget)
+        return
+    if fail is not None or len(objs) != m:  # (a count apart: a line holding more than its object)
+        budget[0] -= 1
+        if m == 1:
+            return  # the line is read on its own, which names what is wrong
+        # the part before the line where it failed, and the rest (that line first: where a line
+        # is cut short, the failure shows at the next one)
+        cut = m // 2 if fail is None else min(max(fail, 1), m - 1)
+        _decode_flat(lines[:cut], at[:cut], out, None, budget)
+        _decode_flat(lines[cut:], at[cut:], out, None, budget)
+        return
+    types = list(map(type, itertools.chain.from_iterable(map(dict.values, objs))))
+    if not types.count(_Constant) and joined.count(b'"') == 2 * (sum(map(len, objs)) + types.count(str)):
+        for k, obj in zip(at, objs):
+            out[k] = obj
+        return
+    for k, line, obj in zip(at, lines, objs):  # some line repeats a key or holds a NaN: the others are good
+        types = list(map(type, obj.values()))
+        if not types.count(_Constant) and line.count(b'"') == 2 * (len(obj) + types.count(str)):
+            out[k] = obj
+
+
 #: Lines a chunked batch answers at once (an answer waits at most until its chunk is read).
 CHUNK_LINES = 4096
 
@@ -169,39 +271,67 @@ def run_chunks(lines: Iterable[bytes | str | LineTooLong],
     ``answer_many`` (the queries' fields, defaults merged in; one ``(ok, line)`` each, as
     :func:`run_lines` writes it). The end of the input ends the last chunk."""
     base = dict(defaults or {})
-    numbered = enumerate(lines, 1)
+    source = iter(lines)
+    first = 1  # the number of the chunk's first line
     while True:
-        out: list[tuple[bool, str] | None] = []
-        todo: list[int] = []
-        queries: list[dict[str, Any]] = []
-        read = 0
+        got: list[bytes | str | LineTooLong] = []
         failed: OSError | None = None
         try:
-            for number, line in itertools.islice(numbered, chunk):
-                read += 1
-                obj = _flat_object(line)
-                if obj is None:
-                    try:
-                        obj = parse_line(number, line)
-                    except Exception as exc:  # a bad line never stops the batch
-                        out.append((False, dumps(error_line(exc))))
-                        continue
-                    if obj is None:
-                        continue
-                todo.append(len(out))
-                out.append(None)
-                queries.append({**base, **obj} if base else obj)
+            got.extend(itertools.islice(source, chunk))
         except OSError as exc:  # the input failed mid-way: the lines read before it are answered first
             failed = exc
-        if queries:
-            for at, answered in zip(todo, answer_many(queries), strict=True):
-                out[at] = answered
-        if read:
-            yield [o for o in out if o is not None]  # (every None was filled)
+        if got:
+            # the cyclic garbage collector paused while a chunk is read and answered: it makes
+            # thousands of objects that live until its answers are written (and no cycles), on
+            # which the collector would run again and again, through every object of the process
+            paused = gc.isenabled()
+            gc.disable()
+            try:
+                objs, misses = _flat_objects(got)
+                if not misses:  # every line one flat object: answered as they are
+                    found = cast("list[dict[str, Any]]", objs)
+                    queries = [{**base, **obj} for obj in found] if base else found
+                    answered = answer_many(queries)
+                    if len(answered) != len(queries):
+                        raise ValueError(f"{len(answered)} answers to {len(queries)} queries")
+                else:
+                    answered = _run_chunk_by_line(got, objs, misses, first, answer_many, base)
+            finally:
+                if paused:
+                    gc.enable()
+            yield answered
+            first += len(got)
         if failed is not None:
             raise failed
-        if not read:
+        if not got:
             return
+
+
+def _run_chunk_by_line(got: list[bytes | str | LineTooLong], objs: list[dict[str, Any] | None], misses: list[int],
+                       first: int, answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]],
+                       base: dict[str, Any]) -> list[tuple[bool, str]]:
+    """One chunk some of whose lines were not read with the rest: each of those on its own."""
+    for k in misses:
+        objs[k] = _flat_object(got[k])
+    out: list[tuple[bool, str] | None] = []
+    todo: list[int] = []
+    queries: list[dict[str, Any]] = []
+    for k, obj in enumerate(objs):
+        if obj is None:
+            try:
+                obj = parse_line(first + k, got[k])
+            except Exception as exc:  # a bad line never stops the batch
+                out.append((False, dumps(error_line(exc))))
+                continue
+            if obj is None:
+                continue
+        todo.append(len(out))
+        out.append(None)
+        queries.append({**base, **obj} if base else obj)
+    if queries:
+        for at, answered in zip(todo, answer_many(queries), strict=True):
+            out[at] = answered
+    return [o for o in out if o is not None]  # (every None was filled)
 
 
 __all__ = ["CHUNK_LINES", "LineTooLong", "error_line", "parse_line", "read_lines", "run_chunks", "run_lines"]

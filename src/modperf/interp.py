@@ -627,8 +627,12 @@ class Grid:
                 xc = np.clip(x, lo, hi)
                 out = xc != x
                 if out.any():
-                    xf = x.astype(np.float64)
-                    proj = proj + np.where(out, np.abs(np.log2(xf + 1.0) - np.log2(xc + 1.0)), 0.0)
+                    # by the scalar function, as the scalar lookup has it (np.log2 may differ
+                    # from it in the last bit): the distance spent is the scalar lookup's
+                    sel = np.flatnonzero(out)
+                    gone = np.zeros(n)
+                    gone[sel] = np.abs(_octaves(x[sel]) - _octaves(xc[sel]))
+                    proj = proj + gone
                     outside = out if outside is None else outside | out
                 x = xc
                 clipped[a] = xc
@@ -800,10 +804,146 @@ class Grid:
         """:meth:`nearest_covered` for many points at once (one array or int per axis): the
         axis values of the nearest ``count`` measured cells, shape (points, found, axes) --
         the same cells in the same order as the scalar search (distances summed in the same
-        order, ties by cell index)."""
-        idx, octs = self._measured_octaves()
+        order, ties by cell index).
+
+        The measured cells are searched block by block (:meth:`_nearest_blocks`: the cells
+        sharing their first axes' values), and a block is searched for a point only where the
+        distance its first axes alone add up to is within the ``count``-th smallest distance
+        of the block nearest by that sum: the first axes' distance, summed first as the scalar
+        search sums it, can only grow as the other axes' are added (a sum of non-negative
+        floats rounds to at least its first part), so every cell a skipped block holds is
+        farther, and the search finds every cell the scalar search ranks among its nearest,
+        ties included."""
+        idx, _ = self._measured_octaves()
+        sub = np.unravel_index(idx[self.nearest_covered_at(points, count)], self.shape)
+        return np.stack([np.asarray(self.values[a])[sub[a]] for a in range(len(self.axes))], axis=-1).astype(np.int64)
+
+    def measured_cell(self, position: int) -> tuple[int, ...]:
+        """The axis values of the measured cell at ``position`` (in flat order among the
+        measured cells, as :meth:`nearest_covered_at` gives them)."""
+        idx, _ = self._measured_octaves()
+        s = np.unravel_index(int(idx[position]), self.shape)
+        return tuple(int(self.values[a][s[a]]) for a in range(len(self.axes)))
+
+    def nearest_covered_at(self, points: Sequence[np.ndarray | int], count: int = 3) -> np.ndarray:
+        """:meth:`nearest_covered_many` as the cells' positions among the measured cells (in
+        flat order), shape (points, found)."""
+        idx, _ = self._measured_octaves()
         n = max([p.size for p in points if isinstance(p, np.ndarray)], default=1)
         k = min(count, idx.size)
+        blocks = self._nearest_blocks(k) if k > 0 else None
+        if blocks is None:
+            found = self._nearest_dense(points, n, k)
+        else:
+            # per axis: each point's distance to each lattice value (as the scalar search has
+            # it: |the cell's octave - the point's|), or one row for every point (a scalar axis)
+            terms: list[np.ndarray] = []
+            for a, p in enumerate(points):
+                if isinstance(p, np.ndarray):
+                    uniq, inverse = np.unique(p, return_inverse=True)
+                    x = np.array([octave(float(v)) for v in uniq.tolist()])[inverse.ravel()]
+                    terms.append(np.abs(self.octaves[a][None, :] - x[:, None]))
+                else:
+                    terms.append(np.abs(self.octaves[a] - octave(float(p))))
+            found = np.empty((n, k), dtype=np.intp)
+            step = 4096
+            for lo in range(0, n, step):
+                hi = min(n, lo + step)
+                part = [t[lo:hi] if t.ndim == 2 else t for t in terms]
+                found[lo:hi] = self._nearest_in_blocks(part, hi - lo, k, blocks)
+        return found
+
+    def _nearest_blocks(self, k: int) -> tuple[Any, ...] | None:
+        """The measured cells in blocks of equal values on the first ``q`` axes (the most
+        axes whose blocks hold 8 cells on average; in flat order a block's cells are
+        consecutive): ``(q, each block's index on each of those axes, its cells' positions
+        among the measured cells padded to the widest block, which of those are cells, its
+        cells' indices on each other axis, the blocks holding at least k cells)``; None where
+        no such blocks exist (the dense search is as quick there)."""
+        kept = self.__dict__.setdefault("_nearest_blocks_kept", {})
+        if k in kept:
+            return kept[k]
+        idx, _ = self._measured_octaves()
+        sub = np.unravel_index(idx, self.shape)
+        found: tuple[Any, ...] | None = None
+        for q in range(len(self.shape) - 1, 0, -1):
+            prefix = np.ravel_multi_index(sub[:q], self.shape[:q])
+            starts = np.flatnonzero(np.concatenate(([True], prefix[1:] != prefix[:-1])))
+            if idx.size < 64 or idx.size < 8 * starts.size:
+                continue
+            sizes = np.diff(np.append(starts, idx.size))
+            width = int(sizes.max())
+            pos = starts[:, None] + np.arange(width)[None, :]
+            valid = np.arange(width)[None, :] < sizes[:, None]
+            pos = np.where(valid, pos, 0)
+            full = np.flatnonzero(sizes >= k)
+            if full.size:
+                rest = [s[pos] for s in sub[q:]]
+                # each block's lowest and highest index on each other axis
+                hull = [(np.where(valid, r, np.iinfo(np.intp).max).min(axis=1), np.where(valid, r, -1).max(axis=1))
+                        for r in rest]
+                found = (q, [s[starts] for s in sub[:q]], pos, valid, rest, hull, full)
+            break
+        kept[k] = found
+        return found
+
+    @staticmethod
+    def _nearest_in_blocks(terms: list[np.ndarray], n: int, k: int, blocks: tuple[Any, ...]) -> np.ndarray:
+        """The positions among the measured cells of the nearest ``k`` to each of ``n`` points
+        (:meth:`nearest_covered_many`), from the per-axis distances ``terms``."""
+        q, block_sub, pos, valid, cell_sub, hull, full = blocks
+        rows = np.arange(n)
+
+        def term(a: int, index: np.ndarray, at: np.ndarray) -> np.ndarray:
+            t = terms[a]
+            return t[index] if t.ndim == 1 else t[at, index]
+
+        # the first q axes' distance to every block, summed in the scalar search's order
+        head = np.zeros((n, block_sub[0].size))
+        for a in range(q):
+            head += terms[a][..., block_sub[a]]
+
+        def cells(at: np.ndarray, block: np.ndarray) -> np.ndarray:
+            d = head[at, block][:, None]
+            for a in range(q, len(terms)):
+                d = d + term(a, cell_sub[a - q][block], at[:, None])
+            return np.where(valid[block], d, np.inf)
+
+        # below every cell's distance in a block: its first axes' distance plus, per other
+        # axis, the least distance to a value within the block's range of that axis (the
+        # distances to an axis's values fall, then rise: the least within a range is at the
+        # value nearest the overall least), added in the scalar search's order
+        low = head
+        for a in range(q, len(terms)):
+            t = terms[a]
+            lo, hi = hull[a - q]
+            if t.ndim == 1:
+                low = low + t[np.clip(int(np.argmin(t)), lo, hi)][None, :]
+            else:
+                low = low + t[rows[:, None], np.clip(np.argmin(t, axis=1)[:, None], lo[None, :], hi[None, :])]
+        # a bound: the k-th smallest distance within the two blocks lowest so (one of them
+        # holding at least k cells)
+        lowest = full[np.argmin(low[:, full], axis=1)]
+        near = cells(rows, lowest)
+        if low.shape[1] > 1:
+            other = low.copy()
+            other[rows, lowest] = np.inf
+            near = np.concatenate((near, cells(rows, np.argmin(other, axis=1))), axis=1)
+        bound = np.partition(near, k - 1, axis=1)[:, k - 1]
+        at, block = np.nonzero(low <= bound[:, None])
+        d = cells(at, block)
+        r, c = np.nonzero(d <= bound[at][:, None])
+        # (in the order of point, then cell: the blocks' cells are consecutive, in flat order)
+        point, dist, cell = at[r], d[r, c], pos[block[r], c]
+        order = np.lexsort((dist, point))
+        point, cell = point[order], cell[order]
+        first = np.searchsorted(point, rows)
+        return cell[first[:, None] + np.arange(k)[None, :]]
+
+    def _nearest_dense(self, points: Sequence[np.ndarray | int], n: int, k: int) -> np.ndarray:
+        """:meth:`nearest_covered_many`'s positions among the measured cells, every cell's
+        distance to every point."""
+        idx, octs = self._measured_octaves()
         found = np.empty((n, k), dtype=np.intp)
         if k > 0:
             # each distinct coordinate's octave by the scalar function, as the scalar search has it
@@ -839,8 +979,13 @@ class Grid:
                     found[lo:hi] = cells[starts[:, None] + np.arange(k)[None, :]]
                 else:
                     found[lo:hi] = np.argsort(d, axis=1, kind="stable")[:, :k]
-        sub = np.unravel_index(idx[found], self.shape)
-        return np.stack([np.asarray(self.values[a])[sub[a]] for a in range(len(self.axes))], axis=-1).astype(np.int64)
+        return found
+
+
+def _octaves(x: np.ndarray) -> np.ndarray:
+    """:func:`octave` of every value (by the scalar function, once per distinct value)."""
+    uniq = sorted_unique(x)  # (np.unique imports numpy.ma on its first call)
+    return np.array([octave(float(v)) for v in uniq.tolist()])[np.searchsorted(uniq, x)]
 
 
 def _fit_curvature(x: np.ndarray, here: np.ndarray, p_i: np.ndarray, n_i: np.ndarray, y0: np.ndarray,

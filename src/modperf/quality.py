@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -353,6 +353,70 @@ def _copies(tables: Sequence[KeyedTable], results: Sequence[FileQuality]) -> Non
 # --- entry point --------------------------------------------------------------------------
 
 
+def _reduced_keys(kt: KeyedTable) -> list[tuple[tuple[str, ...], tuple[Any, ...]]]:
+    """Every bucket's key as the cross-file check matches it (without kernel_source): the
+    names kept and the bucket's values of them."""
+    kept = [i for i, n in enumerate(kt.key_names) if n not in CROSS_FILE_IGNORED]
+    names = tuple(kt.key_names[i] for i in kept)
+    return [(names, tuple([key[i] for i in kept])) for key in kt.bucket_keys]
+
+
+def _bucket_subset(kt: KeyedTable, buckets: Sequence[int]) -> KeyedTable:
+    """The keyed table holding only ``buckets`` (ascending), points in their original order:
+    every check sees these buckets' series and keys as in the whole table."""
+    if len(buckets) == kt.n_buckets:
+        return kt
+    picked = np.asarray(buckets, dtype=np.int64)
+    starts, ends = kt.offsets[picked], kt.offsets[picked + 1]
+    sizes = (ends - starts).astype(np.int64)
+    offsets = np.zeros(picked.size + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    # every point of the picked buckets: its bucket's start plus its place within the bucket
+    rows = np.repeat(starts.astype(np.int64) - offsets[:-1], sizes) + np.arange(int(offsets[-1]), dtype=np.int64)
+    return replace(
+        kt, bucket_keys=[kt.bucket_keys[b] for b in buckets], offsets=offsets,
+        axes={a: v[rows] for a, v in kt.axes.items()}, latency=kt.latency[rows], sources=kt.sources[rows],
+        bucket_models=[kt.bucket_models[b] for b in buckets], bucket_native=kt.bucket_native[picked],
+        bucket_local=kt.bucket_local[picked],
+        duplicate_spread=None if kt.duplicate_spread is None else kt.duplicate_spread[rows],
+        bucket_columns=None, _index={})
+
+
+def assess_buckets(tables: Sequence[KeyedTable], buckets: Sequence[int],
+                   thresholds: Thresholds = Thresholds()) -> list[Finding]:
+    """Every finding of ``tables[0]`` on its ``buckets``, the others being the files it is
+    compared with: the findings ``assess_tables(tables, examples=0)[0]`` lists on those buckets,
+    worst first, without assessing the rest of the table (a query's notes, on a table of
+    millions of rows, look at the group it stands on).
+
+    The series checks see a bucket's series whole; the cross-file check matches a key without
+    kernel_source and compares each file's fastest point per key, so every file keeps each
+    bucket whose key, so reduced, is one of these buckets' (and every file stays in the list:
+    which versions are neighbours depends on all of them)."""
+    thresholds.validate()
+    mine = tables[0]
+    wanted = set(buckets)
+    mine_reduced = _reduced_keys(mine)
+    reduced = {mine_reduced[b] for b in wanted}
+    subsets = [_bucket_subset(kt, [b for b, r in enumerate(mine_reduced if i == 0 else _reduced_keys(kt))
+                                   if r in reduced]) for i, kt in enumerate(tables)]
+    out = FileQuality(mine.ref, mine.family.name, subsets[0].n_points)
+    _series_checks(subsets[0], thresholds, 0, out)
+    if mine.ref.system is not None and mine.ref.backend is not None:
+        # the files assess_tables compares with tables[0]: those sharing its (system, table)
+        members = [i for i, kt in enumerate(tables) if kt.ref.system is not None and kt.ref.backend is not None
+                   and (kt.ref.system, kt.ref.table) == (mine.ref.system, mine.ref.table)]
+        if len(members) >= 2:
+            compared = [FileQuality(tables[i].ref, tables[i].family.name) for i in members]
+            compared[members.index(0)] = out
+            _cross_file([subsets[i] for i in members], compared, thresholds, 0)
+    names = mine.key_names
+    keep = {tuple(mine.bucket_keys[b]) for b in wanted}
+    found = [f for f in out.findings if tuple(f.bucket.get(n) for n in names) in keep]
+    found.sort(key=lambda f: (KINDS.index(f.kind), not f.detail.get("corroborated", False), -f.ratio))
+    return found
+
+
 def assess_tables(tables: Sequence[KeyedTable], thresholds: Thresholds = Thresholds(),
                   examples: int = 10) -> list[FileQuality]:
     """Every check on already-loaded tables; files sharing (system, table) are compared."""
@@ -425,5 +489,5 @@ def assess(
     return QualityReport(thresholds, sort_files(files), time.perf_counter() - start)
 
 
-__all__ = ["KINDS", "FileQuality", "Finding", "QualityReport", "Thresholds", "assess", "assess_loaded", "assess_tables",
-           "group_key"]
+__all__ = ["KINDS", "FileQuality", "Finding", "QualityReport", "Thresholds", "assess", "assess_buckets",
+           "assess_loaded", "assess_tables", "group_key"]

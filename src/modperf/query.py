@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
@@ -382,19 +382,23 @@ class QueryEngine:
 
     #: Plans kept for repeated non-numeric parts (a sweep over batch/isl reuses one plan).
     PLAN_CACHE = 4096
+    #: Tables of at most this many points have their quality notes assessed whole, once (every
+    #: table of the corpus: about 0.1 s for one of 200k points); a larger one, group by group
+    #: as queries reach them (a 20M-point table's whole assessment takes seconds and GiBs).
+    QUALITY_WHOLE_POINTS = 2_000_000
 
     def __init__(self, store: TableStore, models: ModelRegistry, *, annotate_quality: bool = True) -> None:
         self.store = store
         self.models = models
         #: Whether single answers list the quality findings on the points they stand on.
         self.annotate_quality = annotate_quality
-        self._quality_index: dict[Any, dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]] = {}
         self._indexes: dict[Any, TableIndex] = {}
         #: per tuple of field names (in order), the plans of the values of its other fields
         self._plans: dict[tuple[Any, ...], _PlansByNames] = {}
         self._n_plans = 0  # plans held (at most PLAN_CACHE)
         self._many_plans: dict[tuple[Any, ...], _Plan] = {}
         self._quality_groups: dict[tuple[Any, ...], Any] = {}
+        self._quality_index: dict[Any, dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]] = {}
         self._lock = threading.Lock()
 
     def index(self, keyed: KeyedTable) -> TableIndex:
@@ -604,22 +608,30 @@ class QueryEngine:
             return self._quality_groups[key]
         except KeyError:
             keyed = self.store.table(*_slot_of(plan.template))
-            findings = self._findings(keyed)
-            found = (findings[group], tuple(keyed.spec.axes)) if findings and group in findings else None
+            by_point = self._findings(keyed, group)
+            found = (by_point, tuple(keyed.spec.axes)) if by_point else None
             with self._lock:
                 self._quality_groups[key] = found
             return found
 
-    def _findings(self, keyed: KeyedTable) -> dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]:
-        """Per group of this table, per (heads, axis values): the findings of
-        ``modperf check --quality`` there, computed once per file with the files it is compared
-        with (the same system's other versions and backends of the table)."""
-        key = keyed.ref.path
-        cached = self._quality_index.get(key)
-        if cached is not None:
-            return cached
-        from .quality import Thresholds, assess_tables
+    def _findings(self, keyed: KeyedTable, group: tuple[Any, ...]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+        """Per (heads, axis values) of one group of this table: the findings of
+        ``modperf check --quality`` there, with the files it is compared with (the same
+        system's other versions and backends of the table). A table of at most
+        ``QUALITY_WHOLE_POINTS`` points is assessed whole, once (then every group is a lookup);
+        a larger one group by group (``quality.assess_buckets``: the same findings there), so a
+        query on a table of millions of rows does not sort every series of the table."""
+        if keyed.n_points <= self.QUALITY_WHOLE_POINTS:
+            return self._whole_findings(keyed).get(group, {})
+        buckets = self.index(keyed).groups.get(group)
+        if not buckets:
+            return {}
+        from .quality import Thresholds, assess_buckets
 
+        return self._notes_by_point(keyed, assess_buckets(self._compared(keyed), buckets, Thresholds()))
+
+    def _compared(self, keyed: KeyedTable) -> list[KeyedTable]:
+        """The table first, then the files its quality is compared with."""
         siblings = [keyed]
         for ref in self.store.catalog.select(system=keyed.ref.system, table=keyed.ref.table, physical=True):
             if ref.path == keyed.ref.path:
@@ -628,16 +640,32 @@ class QueryEngine:
                 siblings.append(self.store.load(ref))
             except E.ModperfError:
                 continue  # a sibling that does not load is not a reference
-        (mine, *_) = assess_tables(siblings, Thresholds(), examples=0)
-        index: dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]] = {}
-        names = self.index(keyed).group_names
-        for f in mine.findings:
-            group = tuple(f.bucket.get(n) for n in names)
-            heads = f.bucket.get(HEADS)
+        return siblings
+
+    @staticmethod
+    def _notes_by_point(keyed: KeyedTable, findings: Iterable[Any]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+        by_point: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for f in findings:
             coords = tuple(f.point[a] for a in keyed.spec.axes)
             note = {"kind": f.kind, "point": f.point, "latency": f.latency, "reference": f.reference,
                     "ratio": f.ratio, **({"axis": f.axis} if f.axis else {}), **f.detail}
-            index.setdefault(group, {}).setdefault((heads, coords), []).append(note)
+            by_point.setdefault((f.bucket.get(HEADS), coords), []).append(note)
+        return by_point
+
+    def _whole_findings(self, keyed: KeyedTable) -> dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]:
+        """Per group of this table, its notes by point: the whole table assessed once."""
+        key = keyed.ref.path
+        cached = self._quality_index.get(key)
+        if cached is not None:
+            return cached
+        from .quality import Thresholds, assess_tables
+
+        (mine, *_) = assess_tables(self._compared(keyed), Thresholds(), examples=0)
+        names = self.index(keyed).group_names
+        by_group: dict[tuple[Any, ...], list[Any]] = {}
+        for f in mine.findings:
+            by_group.setdefault(tuple(f.bucket.get(n) for n in names), []).append(f)
+        index = {group: self._notes_by_point(keyed, found) for group, found in by_group.items()}
         with self._lock:
             self._quality_index[key] = index
         return index

@@ -29,7 +29,7 @@ from . import errors as E
 from . import limits
 from .batch import error_line
 from .families.base import HEADS
-from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED
+from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED, Lookup
 from .jsonio import dumps, dumps_as_is, dumps_small
 from .query import _AXIS_NAMES, Answer, QueryEngine, _Plan, extrapolation_of, refusal_error, refusal_where
 
@@ -102,6 +102,8 @@ class LineAnswerer:
         self.engine = engine
         self._templates: dict[int, tuple[_Plan, _Template | None]] = {}
         self._refusals: dict[int, tuple[_Plan, _Refusal | None]] = {}
+        self._nearest_texts: dict[int, tuple[_Plan, dict[tuple[int, ...], tuple[str, str]]]] = {}
+        self._extrapolations: dict[int, tuple[_Plan, dict[tuple[str, ...], tuple[str, str] | bool]]] = {}
         self._slow: dict[tuple[Any, ...], tuple[bool, str]] = {}
         self._layouts: dict[tuple[str, ...], _Layout] = {}
 
@@ -117,22 +119,44 @@ class LineAnswerer:
         out: list[tuple[bool, str] | None] = [None] * len(items)
         # lines are grouped by their field names (in order) and the values and types of the
         # non-axis ones: a group is finer than the plan cache's key, so one plan answers it
-        groups: dict[tuple[Any, ...], list[int]] = {}
-        layouts = self._layouts
-        for i, fields in enumerate(items):
-            names = tuple(fields)
-            layout = layouts.get(names)
-            if layout is None:
-                layout = self._layout(names)
-            values = layout.plan_values(fields)
-            try:
-                groups.setdefault((layout, values, tuple(map(type, values))), []).append(i)
-            except TypeError:  # an unhashable value: the reference path says what is wrong
-                out[i] = self.reference(fields)
-        for (layout, values, types), rows in groups.items():
+        for (layout, values, types), rows in self._groups(items, out).items():
             key = tuple(zip(layout.plan_names, types, values))
             self._group(layout, key, rows, items, out)
         return [o if o is not None else self.reference(items[i]) for i, o in enumerate(out)]
+
+    def _groups(self, items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]
+                ) -> dict[tuple[Any, ...], list[int]]:
+        """The lines of each group (key: layout, non-axis values, their types); a line whose
+        value cannot be a key is answered (by the reference path) into ``out``."""
+        names = list(map(tuple, items))
+        layouts = self._layouts
+        if names.count(names[0]) == len(names) if names else False:
+            # one layout (the common chunk): the keys made a chunk at a time
+            layout = layouts.get(names[0]) or self._layout(names[0])
+            values = list(map(layout.plan_values, items))
+            keys = list(zip(itertools.repeat(layout), values, map(tuple, map(map, itertools.repeat(type), values))))
+            index: dict[tuple[Any, ...], int] = {}
+            try:
+                ids = [index.setdefault(k, len(index)) for k in keys]
+            except TypeError:  # an unhashable value: line by line below
+                pass
+            else:
+                if len(index) == 1:
+                    return {keys[0]: list(range(len(items)))}
+                found: dict[tuple[Any, ...], list[int]] = {k: [] for k in index}
+                rows = list(found.values())
+                for i, g in enumerate(ids):
+                    rows[g].append(i)
+                return found
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, (fields, line_names) in enumerate(zip(items, names)):
+            layout = layouts.get(line_names) or self._layout(line_names)
+            plan_values = layout.plan_values(fields)
+            try:
+                groups.setdefault((layout, plan_values, tuple(map(type, plan_values))), []).append(i)
+            except TypeError:  # an unhashable value: the reference path says what is wrong
+                out[i] = self.reference(fields)
+        return groups
 
     @staticmethod
     def _columns(plan: _Plan, layout: _Layout, rows: list[int], items: Sequence[Mapping[str, Any]]
@@ -145,13 +169,14 @@ class LineAnswerer:
         text_cols: dict[int, list[str]] = {}
         n = len(rows)
         bad: set[int] = set()
+        lines = items if n == len(items) else list(map(items.__getitem__, rows))  # (rows: every line, or some)
         for j, name in enumerate(plan.axis_fields):
             if name == HEADS:
                 cols.append(plan.local)
                 continue
             fixed = plan.fixed.get(name)
             if name in layout.axis_names:
-                col = [items[i][name] for i in rows]
+                col = list(map(operator.itemgetter(name), lines))
                 if None in col:
                     if fixed is None:
                         bad.update(i for i, v in zip(rows, col) if v is None)
@@ -199,42 +224,115 @@ class LineAnswerer:
             return
         cols, text_cols = columns
         lat, kinds, spent = plan.grid.lookup_many_spent(cols)
-        kind_list = kinds.tolist()
         texts = [text_cols[j] for j in template.field_order]
         fmt = template.fmt
         latencies = list(map(float.__repr__, lat.tolist()))
-        lines = [fmt % parts for parts in zip(latencies, map(_KIND_TEXT.__getitem__, kind_list),
-                                              itertools.repeat("null"), *texts, itertools.repeat("null"))]
-        quality = template.quality
+        # exact and interpolated points of finite latency: the template filled in (a NaN or an
+        # infinity: the reference path writes what it becomes)
+        plain = ((kinds == EXACT) | (kinds == INTERPOLATED)) & np.isfinite(lat)
+        if plain.all():
+            at: list[int] | range = range(len(rows))
+            sel_rows, sel_lat, sel_kind, sel_texts = rows, latencies, kinds.tolist(), texts
+        else:
+            at = np.flatnonzero(plain).tolist()
+            sel_rows, sel_lat, sel_kind = list(map(rows.__getitem__, at)), list(map(latencies.__getitem__, at)), \
+                kinds[plain].tolist()
+            sel_texts = [list(map(t.__getitem__, at)) for t in texts]
+        lines = [fmt % parts for parts in zip(sel_lat, map(_KIND_TEXT.__getitem__, sel_kind),
+                                              itertools.repeat("null"), *sel_texts, itertools.repeat("null"))]
+        if template.quality:
+            for n, (r, kind) in enumerate(zip(at, sel_kind)):
+                notes = engine._quality_of(plan, [c if isinstance(c, int) else int(c[r]) for c in cols])
+                if notes is not None:
+                    lines[n] = fmt % (latencies[r], _KIND_TEXT[kind], "null", *[t[r] for t in texts],
+                                      dumps_small(notes))
+        for i, line in zip(sel_rows, lines):
+            out[i] = (True, line)
+        if plain.all():
+            return
+        # extrapolated or refused: depends on nothing but the plan and the point (the text
+        # kept for the batch, by the point's axis values' text; the heads are the plan's)
         slow = self._slow
         refused: list[tuple[int, int, tuple[Any, ...]]] = []  # (position, line, memo key)
-        for r, (i, kind, line) in enumerate(zip(rows, kind_list, lines)):
-            if kind in (EXACT, INTERPOLATED):
-                if latencies[r][-1] in "nf":  # nan, inf: the reference path writes what it becomes
-                    continue
-                if quality:
-                    point = [c if isinstance(c, int) else int(c[r]) for c in cols]
-                    notes = engine._quality_of(plan, point)
-                    if notes is not None:
-                        line = fmt % (latencies[r], _KIND_TEXT[kind], "null", *[t[r] for t in texts],
-                                      dumps_small(notes))
-                out[i] = (True, line)
-            else:  # extrapolated or refused: depends on nothing but the plan and the point
-                memo = (key, tuple([c if isinstance(c, int) else int(c[r]) for c in cols]))
-                found = slow.get(memo)
-                if found is None:
-                    if kind == REFUSED:
-                        refused.append((r, i, memo))
-                        continue
-                    found = self._extrapolated(plan, template, list(memo[1]), [t[r] for t in texts])
-                    if found is None:
-                        found = self.reference(items[i])
-                    if len(slow) >= _KEEP_POINTS:
-                        slow.clear()
+        extrapolated: list[tuple[int, int]] = []  # (position, line)
+        memos: list[tuple[Any, ...]] = []
+        other = np.flatnonzero(~plain).tolist()
+        points = zip(*[list(map(t.__getitem__, other)) for t in text_cols.values()]) if text_cols \
+            else itertools.repeat(())
+        for r, kind, point in zip(other, kinds[~plain].tolist(), points):
+            memo = (key, point)
+            found = slow.get(memo)
+            if found is not None:
+                out[rows[r]] = found
+            elif kind == REFUSED:
+                refused.append((r, rows[r], memo))
+            elif kind == EXTRAPOLATED:
+                extrapolated.append((r, rows[r]))
+                memos.append(memo)
+        if extrapolated:
+            self._extrapolate(plan, template, cols, texts, latencies, spent, extrapolated, items, out)
+            if len(slow) + len(memos) >= _KEEP_POINTS:
+                slow.clear()
+            for (_, i), memo in zip(extrapolated, memos):
+                found = out[i]
+                if found is not None:
                     slow[memo] = found
-                out[i] = found
         if refused:
             self._refuse(plan, cols, text_cols, spent, refused, items, out)
+
+    def _extrapolate(self, plan: _Plan, template: _Template, cols: list[Any], texts: list[list[str]],
+                     latencies: list[str], spent: np.ndarray, extrapolated: list[tuple[int, int]],
+                     items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]) -> None:
+        """The answer lines of a group's extrapolated points (positions in the group, lines):
+        the latency and the distance spent from the group's lookup (the scalar lookup's bit
+        for bit), the axes beyond the range from the point, the extrapolation part from the
+        plan's text for those axes (:func:`modperf.query.extrapolation_of` with a marker for
+        the distance)."""
+        grid = plan.grid
+        at = np.array([r for r, _ in extrapolated], dtype=np.intp)
+        beyond: list[Any] = []  # per axis: whether each point lies beyond its range (or one bool)
+        for a, c in enumerate(cols):
+            lo, hi = int(grid.values[a][0]), int(grid.values[a][-1])
+            if isinstance(c, np.ndarray):
+                beyond.append(((c[at] < lo) | (c[at] > hi)).tolist())
+            else:
+                beyond.append(itertools.repeat(not lo <= c <= hi))
+        distances = spent[at].tolist()
+        parts = _kept(self._extrapolations, plan, lambda _: {})
+        fmt = template.fmt
+        for (r, i), distance, *outside in zip(extrapolated, distances, *beyond):
+            axes = tuple([grid.axes[a] for a, o in enumerate(outside) if o])
+            text = parts.get(axes)
+            if text is None:
+                text = parts[axes] = self._extrapolation_text(plan, axes)
+            latency = latencies[r]
+            if text is False or latency[-1] in "nf" or not distance > 0.0:  # (the last: not extrapolated)
+                found = self._extrapolated(plan, template, [c if isinstance(c, int) else int(c[r]) for c in cols],
+                                           [t[r] for t in texts])
+                out[i] = found if found is not None else self.reference(items[i])
+                continue
+            notes = None
+            if template.quality:
+                notes = self.engine._quality_of(plan, [c if isinstance(c, int) else int(c[r]) for c in cols])
+            extrapolation = text[0] + float.__repr__(round(distance, 6)) + text[1]
+            out[i] = (True, fmt % (latency, '"extrapolated"', extrapolation, *[t[r] for t in texts],
+                                   "null" if notes is None else dumps_small(notes)))
+
+    @staticmethod
+    def _extrapolation_text(plan: _Plan, axes: tuple[str, ...]) -> tuple[str, str] | bool:
+        """The plan's extrapolation part for points beyond the range of ``axes``, as the text
+        before and after the distance; False where a marker distance does not show once."""
+        marker = 987654.321  # (round(marker, 6) is marker)
+        found = Lookup(0.0, EXTRAPOLATED, marker, (), axes)
+        try:
+            text = dumps_as_is(extrapolation_of(plan.grid, plan.template.system, found))
+        except ValueError:
+            return False
+        mark = float.__repr__(marker)
+        if text.count(mark) != 1:
+            return False
+        before, after = text.split(mark)
+        return before, after
 
     def _extrapolated(self, plan: _Plan, template: _Template, point: list[int], texts: list[str]
                       ) -> tuple[bool, str] | None:
@@ -264,17 +362,26 @@ class LineAnswerer:
             found_lines = [self.reference(items[i]) for _, i, _ in refused]
         else:
             at = np.array([r for r, _, _ in refused], dtype=np.intp)
-            nearest = plan.grid.nearest_covered_many([c if isinstance(c, int) else c[at] for c in cols]).tolist()
+            grid = plan.grid
+            nearest = grid.nearest_covered_at([c if isinstance(c, int) else c[at] for c in cols]).tolist()
             local = repr(plan.local)
             axis_texts = [[local] * len(refused) if j not in text_cols else [text_cols[j][r] for r, _, _ in refused]
                           for j in range(len(cols))]
             cell_fmt, fmt = refusal.cell_fmt, refusal.fmt
             finite = np.isfinite(spent[at]).tolist()
             wheres = (refusal_where(math.inf), refusal_where(0.0))
+            # the nearest cells' text (as a list's repr, and as JSON), per set of cells
+            texts = _kept(self._nearest_texts, plan, lambda _: {})
+            if len(texts) >= _KEEP_POINTS:
+                texts.clear()
             found_lines = []
             for n, (cells, parts) in enumerate(zip(nearest, zip(*axis_texts))):
-                near = "[" + ", ".join([cell_fmt % tuple(c) for c in cells]) + "]"
-                found_lines.append((False, fmt % (cell_fmt % parts, wheres[finite[n]], near, near.replace("'", '"'))))
+                key = tuple(cells)
+                near = texts.get(key)
+                if near is None:
+                    listed = "[" + ", ".join([cell_fmt % grid.measured_cell(c) for c in cells]) + "]"
+                    near = texts[key] = (listed, listed.replace("'", '"'))
+                found_lines.append((False, fmt % (cell_fmt % parts, wheres[finite[n]], *near)))
         if len(slow) + len(refused) >= _KEEP_POINTS:
             slow.clear()
         for (_, i, memo), found in zip(refused, found_lines):

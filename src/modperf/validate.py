@@ -114,6 +114,11 @@ class _Collector:
         self.failures.append(cls(message, **kwargs))
 
 
+#: A table of at least this many rows, read by validate_table, hands its decoded memory back to
+#: the system once typed (a smaller one's is reused by the next table's read).
+RELEASE_ROWS = 1 << 20
+
+
 def validate_table(
     ref: TableRef, family: Family, registry: ModelRegistry, table: pa.Table | None = None
 ) -> tuple[ValidatedTable | None, list[E.ModperfError]]:
@@ -121,6 +126,7 @@ def validate_table(
     path = ref.path
     spec = family.spec(ref.table)
     out = _Collector(path)
+    read_here = table is None
     if table is None:
         try:
             table = read_table(path)
@@ -235,6 +241,14 @@ def validate_table(
     if any(isinstance(f, (E.ColumnTypeError, E.NonIntegerHeadsError, E.NullValueError)) for f in out.failures):
         return None, out.failures
     assert latency is not None
+    if not spec.guards:
+        # nothing below reads the arrow table but the declared guards: a table read here goes
+        # now (its columns are typed), a big one's memory back to the system (arrow's allocator
+        # keeps it otherwise, where numpy's arrays cannot reuse it: a GiB on a 20M-row table)
+        del table
+        column = None
+        if read_here and n >= RELEASE_ROWS:
+            pa.default_memory_pool().release_unused()
 
     # -- value ranges (modperf.limits; docs/limits.md) ---------------------------------------
     if n == 0:
@@ -393,12 +407,17 @@ def _stale_fingerprint(out: _Collector, model: Categorical | None, version: Cate
     heads, tp = integers[HEADS], integers[TP]
     stale = np.zeros(n, dtype=bool)
     groups, group = factorize(group)
-    tp_values, tp_code = factorize(tp)
-    head_values, head_code = factorize(heads)
-    tps_per_group = np.bincount(unique_codes(group * tp_values.size + tp_code) // tp_values.size,
-                                minlength=groups.size)
-    heads_per_group = np.bincount(unique_codes(group * head_values.size + head_code) // head_values.size,
-                                  minlength=groups.size)
+
+    def distinct_per_group(values: np.ndarray) -> np.ndarray:
+        # one column at a time, combined in place: a 20M-row table holds one int64 temporary
+        uniq, code = factorize(values)
+        combined = group * uniq.size
+        combined += code
+        del code
+        return np.bincount(unique_codes(combined) // uniq.size, minlength=groups.size)
+
+    tps_per_group = distinct_per_group(tp)
+    heads_per_group = distinct_per_group(heads)
     for g in np.flatnonzero((tps_per_group >= 2) & (heads_per_group == 1)):
         rows = group == g
         stale |= rows

@@ -153,8 +153,11 @@ def query_command(
 
             answerer = LineAnswerer(db.queries)
             for chunk in run_chunks(read_lines(stream), answerer.answer, fields):
-                failed += sum(not ok for ok, _ in chunk)
-                sys.stdout.write("".join([line + "\n" for _, line in chunk]))
+                if not chunk:
+                    continue
+                oks, lines = zip(*chunk)
+                failed += len(oks) - sum(oks)
+                sys.stdout.write("\n".join(lines) + "\n")  # one copy of the chunk's text
                 sys.stdout.flush()
         except OSError as exc:  # the input failed mid-way (a folder, an I/O error): typed, after every answer
             raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=batch,

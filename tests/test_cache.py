@@ -257,14 +257,19 @@ def test_cache_info_and_clear_cli(cache_dir: Path, root: Path) -> None:
     assert found["location"] == str(cache_dir)
     assert found["count"] == 1 and found["bytes"] == entry.stat().st_size
     assert found["entries"][0]["source"] == str(next(root.rglob("mla_context_module_perf.parquet")).resolve())
+    (grid,) = grid_files(cache_dir)  # the query's group's grid, kept beside its entry
+    assert found["grids"] == {"count": 1, "bytes": grid.stat().st_size}
     text = run_cli(["cache", "info"])
     assert text.returncode == 0 and "1 entries" in text.stdout and str(cache_dir) in text.stdout
+    assert "1 grid file(s) beside the entries" in text.stdout
     cleared = run_cli(["cache", "clear", "--json"])
     assert cleared.returncode == 0, cleared.stderr
     assert json.loads(cleared.stdout) == {"location": str(cache_dir), "removed": 1, "bytes": found["bytes"],
-                                          "catalogs_removed": len(found["catalogs"])}
-    assert entry_files(cache_dir) == []
-    assert json.loads(run_cli(["cache", "info", "--json"]).stdout)["count"] == 0
+                                          "catalogs_removed": len(found["catalogs"]), "grids_removed": 1,
+                                          "grid_bytes_removed": found["grids"]["bytes"]}
+    assert entry_files(cache_dir) == [] and grid_files(cache_dir) == []
+    after = json.loads(run_cli(["cache", "info", "--json"]).stdout)
+    assert after["count"] == 0 and after["grids"] == {"count": 0, "bytes": 0}
 
 
 # --- grids beside the entries -------------------------------------------------------------------

@@ -615,6 +615,9 @@ class CacheInfo:
     notes: list[str]
     #: The catalog scans remembered beside the entries (modperf.scan_cache), one per data root.
     catalogs: list[Record] = field(default_factory=list)
+    #: The grid files kept beside the entries (their count and bytes).
+    grids: int = 0
+    grid_bytes: int = 0
 
     @property
     def bytes(self) -> int:
@@ -623,7 +626,8 @@ class CacheInfo:
     def to_dict(self) -> dict[str, Any]:
         return {"location": str(self.location), "exists": self.exists, "enabled": self.enabled,
                 "entries": [e.to_dict() for e in self.entries], "count": len(self.entries), "bytes": self.bytes,
-                "notes": list(self.notes), "catalogs": [r.to_dict() for r in self.catalogs]}
+                "notes": list(self.notes), "catalogs": [r.to_dict() for r in self.catalogs],
+                "grids": {"count": self.grids, "bytes": self.grid_bytes}}
 
 
 def _entry_files(folder: Path, suffix: str = SUFFIX) -> Iterator[Path]:
@@ -651,12 +655,17 @@ def info(folder: Path | None = None) -> CacheInfo:
         except OSError:
             continue
         entries.append(Entry(path, size, source, rows))
-    return CacheInfo(folder, folder.is_dir(), enabled(), entries, list(notes), records(folder))
+    grids = grid_bytes = 0
+    for path in _entry_files(folder / GRIDS, GRID_SUFFIX):
+        with contextlib.suppress(OSError):
+            grid_bytes += path.stat().st_size
+            grids += 1
+    return CacheInfo(folder, folder.is_dir(), enabled(), entries, list(notes), records(folder), grids, grid_bytes)
 
 
 def clear(folder: Path | None = None) -> CacheInfo:
-    """Remove every entry and catalog scan (and leftover temporary files of entries); returns
-    what was removed."""
+    """Remove every entry, grid file and catalog scan (and leftover temporary files of
+    entries); returns what was removed."""
     from .errors import WriteFailedError
     from .scan_cache import clear as clear_scans
 

@@ -41,6 +41,8 @@ def info_command(json_out: JsonOpt = False) -> None:
         grid.add_row(_size(e.bytes), "-" if e.rows is None else str(e.rows), escape(e.source or "(not an entry)"),
                      escape(e.file.name))
     console.print(grid)
+    if found.grids:
+        console.print(f"{found.grids} grid file(s) beside the entries ({_size(found.grid_bytes)})", soft_wrap=True)
     if found.catalogs:
         console.print(f"{len(found.catalogs)} catalog scan(s) remembered "
                       f"({_size(sum(r.bytes for r in found.catalogs))}): "
@@ -52,11 +54,13 @@ def info_command(json_out: JsonOpt = False) -> None:
 @cache_app.command("clear")
 @handles_errors
 def clear_command(json_out: JsonOpt = False) -> None:
-    """Remove every entry and catalog scan (they are rebuilt on the next query that needs them)."""
+    """Remove every entry, grid file and catalog scan (they are rebuilt on the next query that needs them)."""
     removed = cache.clear()
     if json_out:
         emit_json({"location": str(removed.location), "removed": len(removed.entries), "bytes": removed.bytes,
-                   "catalogs_removed": len(removed.catalogs)})
+                   "catalogs_removed": len(removed.catalogs), "grids_removed": removed.grids,
+                   "grid_bytes_removed": removed.grid_bytes})
         return
-    console.print(f"removed {len(removed.entries)} entries ({_size(removed.bytes)}) and "
-                  f"{len(removed.catalogs)} catalog scan(s) from {escape(str(removed.location))}", soft_wrap=True)
+    console.print(f"removed {len(removed.entries)} entries ({_size(removed.bytes)}), {removed.grids} grid file(s) "
+                  f"({_size(removed.grid_bytes)}) and {len(removed.catalogs)} catalog scan(s) from "
+                  f"{escape(str(removed.location))}", soft_wrap=True)

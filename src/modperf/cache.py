@@ -131,9 +131,15 @@ def pipeline_fingerprint() -> str:
     declaration: a change to any of them (an edited declaration, another release) makes every
     entry a miss."""
     here = Path(__file__).resolve().parent
+    return source_digest(f"{__version__}\0{FORMAT}\0", [here / n for n in _PIPELINE]
+                         + sorted((here / "families").glob("*.py")))
+
+
+def source_digest(prefix: str, files: list[Path]) -> str:
+    """A digest of ``prefix`` and the name and bytes of each source file (a file that cannot
+    be read counts as such): what a cached thing's code fingerprint is made of."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{__version__}\0{FORMAT}\0".encode())
-    files = [here / n for n in _PIPELINE] + sorted((here / "families").glob("*.py"))
+    h.update(prefix.encode())
     for path in files:
         h.update(path.name.encode() + b"\0")
         try:
@@ -257,19 +263,26 @@ def _meta(keyed: KeyedTable) -> dict[str, Any]:
 
 def encode(keyed: KeyedTable, identity: dict[str, Any]) -> list[bytes | memoryview]:
     """An entry's bytes, in pieces (header, arrays, digest)."""
-    arrays = _arrays(keyed)
+    return _frame(MAGIC, {"identity": identity, "meta": _meta(keyed)}, _arrays(keyed))
+
+
+def _frame(magic: bytes, header_fields: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[bytes | memoryview]:
+    """The bytes of an entry or a grid file, in pieces: ``magic``, the header's length, the
+    JSON header (``header_fields`` and where each array lies), the arrays 64-byte aligned, and a
+    BLAKE2b digest of all of it."""
     layout = []
+    contiguous = {}
     offset = 0
     for name, arr in arrays.items():
         arr = np.ascontiguousarray(arr)
-        arrays[name] = arr
+        contiguous[name] = arr
         layout.append([name, arr.dtype.str, list(arr.shape), offset, arr.nbytes])
         offset += -(-arr.nbytes // _ALIGN) * _ALIGN
-    header = dumps({"identity": identity, "meta": _meta(keyed), "arrays": layout}, separators=(",", ":")).encode()
-    head = MAGIC + _LEN.pack(len(header)) + header
+    header = dumps({**header_fields, "arrays": layout}, separators=(",", ":")).encode()
+    head = magic + _LEN.pack(len(header)) + header
     head += b"\0" * (-len(head) % _ALIGN)
     pieces: list[bytes | memoryview] = [head]
-    for arr in arrays.values():
+    for arr in contiguous.values():
         nbytes = int(arr.nbytes)
         pieces.append(arr.view(np.uint8).reshape(-1).data if nbytes else b"")
         pieces.append(b"\0" * (-nbytes % _ALIGN))
@@ -278,6 +291,27 @@ def encode(keyed: KeyedTable, identity: dict[str, Any]) -> list[bytes | memoryvi
         h.update(p)
     pieces.append(h.digest())
     return pieces
+
+
+def _unframe(buf: bytearray, magic: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """(header, arrays) of :func:`_frame`'s bytes, or None when they are not a whole, unaltered
+    frame of ``magic`` (the digest over every byte is checked first). The arrays are views into
+    ``buf`` (no copy)."""
+    if len(buf) < len(magic) + _LEN.size + _DIGEST or bytes(buf[:len(magic)]) != magic:
+        return None
+    view = memoryview(buf)
+    if hashlib.blake2b(view[:-_DIGEST], digest_size=_DIGEST).digest() != bytes(view[-_DIGEST:]):
+        return None
+    (n,) = _LEN.unpack_from(buf, len(magic))
+    start = len(magic) + _LEN.size
+    header = json.loads(bytes(view[start:start + n]))
+    data = start + n + (-(start + n) % _ALIGN)
+    arrays: dict[str, np.ndarray] = {}
+    for name, dtype, shape, offset, nbytes in header["arrays"]:
+        dt = np.dtype(dtype)
+        count = nbytes // dt.itemsize if dt.itemsize else 0
+        arrays[name] = np.frombuffer(buf, dtype=dt, count=count, offset=data + offset).reshape(shape)
+    return header, arrays
 
 
 def read_header(path: Path) -> dict[str, Any] | None:
@@ -302,20 +336,10 @@ def decode(buf: bytearray, ref: TableRef) -> tuple[dict[str, Any], KeyedTable] |
     unaltered entry. The arrays are views into ``buf`` (no copy)."""
     from .families import family_of
 
-    if len(buf) < len(MAGIC) + _LEN.size + _DIGEST or bytes(buf[:len(MAGIC)]) != MAGIC:
+    framed = _unframe(buf, MAGIC)
+    if framed is None:
         return None
-    view = memoryview(buf)
-    if hashlib.blake2b(view[:-_DIGEST], digest_size=_DIGEST).digest() != bytes(view[-_DIGEST:]):
-        return None
-    (n,) = _LEN.unpack_from(buf, len(MAGIC))
-    start = len(MAGIC) + _LEN.size
-    header = json.loads(bytes(view[start:start + n]))
-    data = start + n + (-(start + n) % _ALIGN)
-    arrays: dict[str, np.ndarray] = {}
-    for name, dtype, shape, offset, nbytes in header["arrays"]:
-        dt = np.dtype(dtype)
-        count = nbytes // dt.itemsize if dt.itemsize else 0
-        arrays[name] = np.frombuffer(buf, dtype=dt, count=count, offset=data + offset).reshape(shape)
+    header, arrays = framed
     meta = _unplain(header["meta"])
     family = family_of(ref.table)
     if family is None or meta["table"] != ref.table:
@@ -470,15 +494,8 @@ def grid_fingerprint() -> str:
     """A digest of the keying pipeline's fingerprint, numpy's version (the fill's arithmetic)
     and the source of the modules that build grids."""
     here = Path(__file__).resolve().parent
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{pipeline_fingerprint()}\0{GRID_FORMAT}\0{np.__version__}\0".encode())
-    for name in _GRID_CODE:
-        h.update(name.encode() + b"\0")
-        try:
-            h.update((here / name).read_bytes())
-        except OSError:
-            h.update(b"?")
-    return h.hexdigest()
+    return source_digest(f"{pipeline_fingerprint()}\0{GRID_FORMAT}\0{np.__version__}\0",
+                         [here / n for n in _GRID_CODE])
 
 
 def _home(folder: Path, identity: dict[str, Any]) -> tuple[str, str]:
@@ -502,47 +519,14 @@ def _grid_path(home: tuple[str, str], identity: dict[str, Any]) -> Path:
 
 def encode_grid(identity: dict[str, Any], parts: dict[str, np.ndarray]) -> list[bytes | memoryview]:
     """A grid file's bytes, in pieces (header, arrays, digest): an entry's layout."""
-    layout = []
-    arrays = {}
-    offset = 0
-    for name, arr in parts.items():
-        arr = np.ascontiguousarray(arr)
-        arrays[name] = arr
-        layout.append([name, arr.dtype.str, list(arr.shape), offset, arr.nbytes])
-        offset += -(-arr.nbytes // _ALIGN) * _ALIGN
-    header = dumps({"identity": identity, "arrays": layout}, separators=(",", ":")).encode()
-    head = GRID_MAGIC + _LEN.pack(len(header)) + header
-    head += b"\0" * (-len(head) % _ALIGN)
-    pieces: list[bytes | memoryview] = [head]
-    for arr in arrays.values():
-        nbytes = int(arr.nbytes)
-        pieces.append(arr.view(np.uint8).reshape(-1).data if nbytes else b"")
-        pieces.append(b"\0" * (-nbytes % _ALIGN))
-    h = hashlib.blake2b(digest_size=_DIGEST)
-    for p in pieces:
-        h.update(p)
-    pieces.append(h.digest())
-    return pieces
+    return _frame(GRID_MAGIC, {"identity": identity}, parts)
 
 
 def decode_grid(buf: bytearray) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
     """(identity, arrays) from a grid file's bytes, or None when they are not a whole,
     unaltered grid file. The arrays are views into ``buf``."""
-    if len(buf) < len(GRID_MAGIC) + _LEN.size + _DIGEST or bytes(buf[:len(GRID_MAGIC)]) != GRID_MAGIC:
-        return None
-    view = memoryview(buf)
-    if hashlib.blake2b(view[:-_DIGEST], digest_size=_DIGEST).digest() != bytes(view[-_DIGEST:]):
-        return None
-    (n,) = _LEN.unpack_from(buf, len(GRID_MAGIC))
-    start = len(GRID_MAGIC) + _LEN.size
-    header = json.loads(bytes(view[start:start + n]))
-    data = start + n + (-(start + n) % _ALIGN)
-    arrays: dict[str, np.ndarray] = {}
-    for name, dtype, shape, offset, nbytes in header["arrays"]:
-        dt = np.dtype(dtype)
-        count = nbytes // dt.itemsize if dt.itemsize else 0
-        arrays[name] = np.frombuffer(buf, dtype=dt, count=count, offset=data + offset).reshape(shape)
-    return header["identity"], arrays
+    framed = _unframe(buf, GRID_MAGIC)
+    return None if framed is None else (framed[0]["identity"], framed[1])
 
 
 def load_grid(home: tuple[str, str], identity: dict[str, Any]) -> dict[str, np.ndarray] | None:
@@ -666,32 +650,33 @@ def info(folder: Path | None = None) -> CacheInfo:
 def clear(folder: Path | None = None) -> CacheInfo:
     """Remove every entry, grid file and catalog scan (and leftover temporary files of
     entries); returns what was removed."""
-    from .errors import WriteFailedError
     from .scan_cache import clear as clear_scans
 
     folder = folder or cache_dir()
     removed = info(folder)
-    for e in removed.entries:
+    remove_files([e.file for e in removed.entries], "a cache entry", folder, SUFFIX)
+    clear_scans(folder)
+    remove_files(list(_entry_files(folder / GRIDS, GRID_SUFFIX)), "a cached grid", folder / GRIDS, GRID_SUFFIX)
+    return removed
+
+
+def remove_files(files: list[Path], what: str, folder: Path, suffix: str) -> None:
+    """Remove cache files (one already gone is no failure; one that cannot be removed is a
+    typed failure naming it), then the stale temporary files of such files in ``folder``."""
+    from .errors import WriteFailedError
+
+    for path in files:
         try:
-            e.file.unlink()
+            path.unlink()
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise WriteFailedError(f"cannot remove a cache entry: {exc.strerror or exc}", file=e.file,
+            raise WriteFailedError(f"cannot remove {what}: {exc.strerror or exc}", file=path,
                                    fix="check the cache folder's permissions") from None
-    try:
+    with contextlib.suppress(OSError):
         for temp in atomic.temp_files(folder):
-            if temp.name.startswith(".") and SUFFIX in temp.name and atomic.is_stale_temp(temp):
+            if temp.name.startswith(".") and suffix in temp.name and atomic.is_stale_temp(temp):
                 temp.unlink()
-    except OSError:
-        pass
-    clear_scans(folder)
-    grids = folder / GRIDS
-    for path in [*_entry_files(grids, GRID_SUFFIX), *atomic.temp_files(grids)]:
-        if path.name.endswith(GRID_SUFFIX) or atomic.is_stale_temp(path):
-            with contextlib.suppress(OSError):
-                path.unlink()
-    return removed
 
 
 __all__ = [

@@ -69,15 +69,7 @@ _SOURCES = ("catalog.py", "scan_cache.py", "atomic.py", "limits.py", "roofline.p
 @functools.cache
 def code_fingerprint() -> str:
     here = Path(__file__).resolve().parent
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{__version__}\0{FORMAT}\0".encode())
-    for name in _SOURCES:
-        h.update(name.encode() + b"\0")
-        try:
-            h.update((here / name).read_bytes())
-        except OSError:
-            h.update(b"?")
-    return h.hexdigest()
+    return keyed_cache.source_digest(f"{__version__}\0{FORMAT}\0", [here / n for n in _SOURCES])
 
 
 def _sidecar_digest(data: bytes) -> str:
@@ -350,23 +342,8 @@ def records(cache_folder: Path) -> list[Record]:
 
 def clear(cache_folder: Path) -> list[Record]:
     """Remove every scan record (and leftover temporary files of records)."""
-    from .errors import WriteFailedError
-
     removed = records(cache_folder)
-    for r in removed:
-        try:
-            r.file.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise WriteFailedError(f"cannot remove a catalog scan record: {exc.strerror or exc}", file=r.file,
-                                   fix="check the cache folder's permissions") from None
-    try:
-        for temp in atomic.temp_files(cache_folder / FOLDER):
-            if SUFFIX in temp.name and atomic.is_stale_temp(temp):
-                temp.unlink()
-    except OSError:
-        pass
+    keyed_cache.remove_files([r.file for r in removed], "a catalog scan record", cache_folder / FOLDER, SUFFIX)
     return removed
 
 

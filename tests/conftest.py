@@ -52,3 +52,14 @@ def stale(fixtures: Path, tmp_path: Path) -> Path:
 @pytest.fixture
 def legacy(fixtures: Path, tmp_path: Path) -> Path:
     return writable_copy(fixtures / LEGACY_DIR, tmp_path / "legacy")
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache folder of the test's own (the persisted cache on, whatever the environment says)."""
+    from modperf import cache
+
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(cache.CACHE_DIR_ENV, str(folder))
+    monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
+    return folder

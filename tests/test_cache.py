@@ -29,14 +29,6 @@ POINTS = [{"batch_size": 4, "isl": 1024}, {"batch_size": 3, "isl": 1500}, {"batc
 
 
 @pytest.fixture
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv(cache.CACHE_DIR_ENV, str(folder))
-    monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
-    return folder
-
-
-@pytest.fixture
 def root(tmp_path: Path, db: modperf.Database) -> Path:
     """A data root holding one real table (a writable copy of the corpus's file)."""
     ref = db.ref(*SLOT)

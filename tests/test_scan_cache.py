@@ -31,14 +31,6 @@ WINDOW_NS = 50_000_000
 
 
 @pytest.fixture
-def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv(cache.CACHE_DIR_ENV, str(folder))
-    monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
-    return folder
-
-
-@pytest.fixture
 def short_window(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scan_cache, "RACY_NS", WINDOW_NS)
 

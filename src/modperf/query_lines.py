@@ -422,15 +422,8 @@ class LineAnswerer:
         order = sorted(range(len(tokens)), key=positions.__getitem__)
         if order != [0, 1, 2, 3]:
             return None
-        pieces = []
-        last = 0
-        for k in order:
-            pieces.append(text[last:positions[k]].replace("%", "%%"))
-            pieces.append("%s")
-            last = positions[k] + len(tokens[k])
-        pieces.append(text[last:].replace("%", "%%"))
         cell_fmt = "{" + ", ".join(f"'{a}': %s" for a in axes) + "}"
-        return _Refusal("".join(pieces), cell_fmt)
+        return _Refusal(_holes(text, tokens, positions, order), cell_fmt)
 
     def _template(self, plan: _Plan) -> _Template | None:
         return _kept(self._templates, plan, self._make_template)
@@ -480,15 +473,21 @@ class LineAnswerer:
         if in_text[:3] != [0, 1, 2] or in_text[-1] != len(tokens) - 1:
             return None
         by_mark = {axis_mark[n]: j for j, n in enumerate(axis_fields) if n != HEADS}
-        pieces = []
-        last = 0
-        for k in in_text:
-            pieces.append(text[last:positions[k]].replace("%", "%%"))
-            pieces.append("%s")
-            last = positions[k] + len(tokens[k])
-        pieces.append(text[last:].replace("%", "%%"))
         has_quality = engine.annotate_quality and engine._quality_found(plan) is not None
-        return _Template("".join(pieces), [by_mark[k] for k in field_marks], has_quality)
+        return _Template(_holes(text, tokens, positions, in_text), [by_mark[k] for k in field_marks], has_quality)
+
+
+def _holes(text: str, tokens: list[str], positions: list[int], order: list[int]) -> str:
+    """``text`` as a %-format: each marker token (at its position, in text order ``order``) a
+    ``%s`` hole, every literal ``%`` doubled."""
+    pieces = []
+    last = 0
+    for k in order:
+        pieces.append(text[last:positions[k]].replace("%", "%%"))
+        pieces.append("%s")
+        last = positions[k] + len(tokens[k])
+    pieces.append(text[last:].replace("%", "%%"))
+    return "".join(pieces)
 
 
 __all__ = ["LineAnswerer"]

@@ -304,9 +304,10 @@ def _subfolders(folder: Path, root: Path, problems: list[E.ModperfError], watch:
     out = []
     for p in _listing(folder, root, problems, watch):
         try:
-            if watch is not None and p.is_symlink():
+            link = p.is_symlink()
+            if link and watch is not None:
                 watch.untrusted(p)
-            if p.is_symlink() and p.is_dir() and not _inside(p, root):
+            if link and p.is_dir() and not _inside(p, root):
                 problems.append(_outside(p, root))
             elif p.is_dir():
                 out.append(p)
@@ -357,33 +358,36 @@ def scan_folders(root: Path, problems: list[E.ModperfError], watch: ScanWatch | 
                     folder = VersionFolder(version, system.name, family_dir.name, backend.name, version.name)
                     for entry in _listing(version, real_root, problems, watch):
                         try:
-                            if watch is not None and (entry.name.endswith(TMP_SUFFIX)
-                                                      or (table_stem(entry) and entry.is_symlink())):
-                                watch.untrusted(entry)
-                            _add_entry(folder, entry, real_root, problems)
+                            _add_entry(folder, entry, real_root, problems, watch)
                         except OSError as exc:
                             problems.append(_cannot_inspect(entry, exc))
                     _read_reuse(folder, version / "reuse.yaml", problems, watch)
                     yield folder
 
 
-def _add_entry(folder: VersionFolder, entry: Path, root: Path, problems: list[E.ModperfError]) -> None:
+def _add_entry(folder: VersionFolder, entry: Path, root: Path, problems: list[E.ModperfError],
+               watch: ScanWatch | None = None) -> None:
     if entry.name.endswith(TMP_SUFFIX):
+        if watch is not None:  # whether its writer still runs is not in the listing
+            watch.untrusted(entry)
         if not is_live_temp(entry):
             problems.append(_stale_temp(entry))
         return
     stem = table_stem(entry)
     if stem is None:
         return
+    link = entry.is_symlink()
+    if link and watch is not None:  # what it means depends on where it points
+        watch.untrusted(entry)
     if entry.is_dir():
         problems.append(_not_a_file(entry))
         return
-    if entry.is_symlink() and not _inside(entry, root):
+    if link and not _inside(entry, root):
         problems.append(_outside(entry, root))
         return
     # a parquet file wins over a legacy CSV of the same table; a dangling link is kept, so that
     # reading it fails loudly
-    if (entry.is_file() or entry.is_symlink()) and (stem not in folder.files or entry.name.endswith(PARQUET_SUFFIX)):
+    if (entry.is_file() or link) and (stem not in folder.files or entry.name.endswith(PARQUET_SUFFIX)):
         folder.files[stem] = entry
 
 

@@ -83,12 +83,10 @@ def load_one(ref: TableRef, registry: ModelRegistry, *, keep_arrow: bool = False
             arrow = read_table(ref.path)
         except E.UnreadableTableError as exc:
             return Loaded(ref, family, None, None, failures=[exc], seconds=time.perf_counter() - start)
-        validated, failures = validate_table(ref, family, registry, arrow)
-    else:
-        # read there (a read failure is its one failure, as here): the decoded table is then
-        # dropped as soon as its columns are typed, before validation's and keying's working
-        # arrays come (on a 20M-row table, GiBs not stacked on each other)
-        validated, failures = validate_table(ref, family, registry)
+    # without keep_arrow validate_table reads the file itself (a read failure is its one
+    # failure, as above) and drops the decoded table as soon as its columns are typed, before
+    # validation's and keying's working arrays come (on a 20M-row table, GiBs not stacked)
+    validated, failures = validate_table(ref, family, registry, arrow)
     keyed = build_buckets(validated) if validated is not None else None
     if keyed is not None:
         failures = check_points(keyed)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import modperf
 from modperf import errors as E
-from modperf.interp import CURVATURES, curve
+from modperf.interp import CURVATURES, Grid, curve
 from modperf.query import QueryEngine
 
 # gemm_type is left to the model's checkpoint (modperf.resolve): Kimi-K3's dense layers are
@@ -399,12 +399,23 @@ def _variants(db: modperf.Database, base: dict, heads: list[int]) -> list[dict]:
 
 @pytest.mark.parametrize("base,heads", [(MLA_TRTLLM, []), (DSV4_GEN, [8, 12, 16]), (DSA_LANES, []),
                                         (dict(DSA_LANES, isl=4096), [])])
-def test_single_queries_answer_as_the_reference_path(db: modperf.Database, base: dict, heads: list[int]) -> None:
+def test_single_queries_answer_as_the_reference_path(db: modperf.Database, base: dict, heads: list[int],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """``query`` (the fast path where every axis value is a plain int in its range, through the
-    cached plan and the exact-hit index) against the reference path (a freshly resolved plan,
-    every field parsed by modperf.limits, the grid's general lookup): the same answers bit for
-    bit, quality notes included, and the same errors; for every kind of point and value."""
+    cached plan, the exact-hit index and Grid.between for one axis between lattice values)
+    against the reference path (a freshly resolved plan, every field parsed by modperf.limits,
+    the grid's general lookup): the same answers bit for bit, quality notes included, and the
+    same errors; for every kind of point and value."""
     engine = db.queries
+    between = Grid.between
+    took: dict[bool, int] = {True: 0, False: 0}  # Grid.between answered / declined
+
+    def counted(grid: Grid, point: list[int], a: int, cell: int) -> tuple | None:
+        got = between(grid, point, a, cell)
+        took[got is not None] += 1
+        return got
+
+    monkeypatch.setattr(Grid, "between", counted)
     kinds: dict[str, int] = {}
     notes = 0
     queries = _variants(db, base, heads)
@@ -428,6 +439,7 @@ def test_single_queries_answer_as_the_reference_path(db: modperf.Database, base:
         kinds[got[0]] = kinds.get(got[0], 0) + 1
         notes += len(got) == 4 and "'quality': [" in got[2]
     assert {"exact", "interpolated", "extrapolated", "OutOfCoverageError", "QueryFieldError"} <= set(kinds)
+    assert took[True] > 0 and took[False] > 0, took  # both of Grid.between's outcomes compared
     if base is DSV4_GEN:
         assert notes > 0  # exact and blended answers with quality notes
     if base["table"] == DSA_LANES["table"]:  # both lanes answered (points of either lane's lattice)

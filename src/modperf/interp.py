@@ -517,6 +517,38 @@ class Grid:
             return Lookup(value, EXTRAPOLATED if spent > 0.0 else INTERPOLATED, spent, heads_used, tuple(outside))
         return Lookup(value, EXTRAPOLATED if spent > 0.0 else INTERPOLATED, spent, heads_used, ())
 
+    def between(self, point: Sequence[int], a: int, base: int) -> tuple[float, tuple[int, ...]] | None:
+        """A single query's commonest point off the lattice, answered without a :class:`Lookup`:
+        ``point`` (plain ints) is on lattice values but on axis ``a``, whose value lies inside
+        the axis's range between two lattice values; ``base`` is the padded-lattice cell the
+        other axes sum to (their ``offsets_py``). Returns (latency, lattice values of the heads axis that
+        carry weight) as :meth:`lookup_general` answers such a point when it interpolates
+        between measured or filled cells, or None where it would not (a point outside the
+        range, or a bracket spending extrapolation distance or refused): ask it then."""
+        vals, _, pstride, low, high, k, u_py, inv_py = self._axes_py[a]
+        x = point[a]
+        if x < low or x > high:
+            return None
+        i = bisect_right(vals, x) - 1
+        lower = base + i * pstride
+        upper = lower + pstride
+        # the one-axis blend of lookup_general, its expressions in its order (bit for bit)
+        xf = float(x)
+        u = xf if k == 0.0 else (xf * (1.0 + k * xf) if k > 0.0 else xf / (1.0 - k * xf))
+        t = (u - u_py[i]) * inv_py[i]
+        dist = self._dist_py
+        if (t < 1.0 and dist[lower] > 0.0) or (t > 0.0 and dist[upper] > 0.0):
+            return None
+        lat = self.lat_py
+        lo = lat[lower]
+        value = lo + t * (lat[upper] - lo)
+        heads_pos = self.heads_pos
+        if heads_pos < 0:
+            return value, ()
+        if a == heads_pos:
+            return value, ((vals[i],) if t == 0.0 else (vals[i], vals[i + 1]))
+        return value, (point[heads_pos],)  # a lattice value (an int equal to it)
+
     def support(self, point: Sequence[float]) -> list[dict[str, int]]:
         """The measured lattice cells an answer at ``point`` stands on (the corners of its
         interpolation box with weight > 0, after projecting onto the measured range), as axis

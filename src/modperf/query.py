@@ -449,6 +449,12 @@ class QueryEngine:
             values["kind"] = "exact"
             if grid.heads_pos >= 0:
                 values["locals_used"] = (point[grid.heads_pos],)
+        elif cell < 0 and (between := self._between(plan, point, cell)) is not None:
+            # one axis between two lattice values, interpolated from unextrapolated cells
+            values["latency_ms"], heads_used = between
+            values["kind"] = KIND_NAMES[INTERPOLATED]
+            if heads_used:
+                values["locals_used"] = heads_used
         else:
             found = grid.lookup_general(point)
             if found.kind == REFUSED:
@@ -474,6 +480,18 @@ class QueryEngine:
                 else:
                     values["quality"] = self._quality_of(plan, point)
         return answer
+
+    @staticmethod
+    def _between(plan: _Plan, point: list[int], cell: int) -> tuple[float, tuple[int, ...]] | None:
+        """:meth:`Grid.between` for a fast-path point whose cell sum holds ``MISSING_OFFSET``
+        exactly once (one axis off its lattice), else None."""
+        base = cell - MISSING_OFFSET  # the other axes' sum: negative when two or more missed
+        if base < 0:
+            return None
+        for a, check in enumerate(plan.axis_checks):
+            if point[a] not in check[4]:
+                return plan.grid.between(point, a, base)
+        return None  # (unreached: some axis missed)
 
     def answer_of(self, plan: _Plan, fields: Mapping[str, Any], *, quality: bool | None = None,
                   diagnose: bool = True) -> Answer:

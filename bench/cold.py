@@ -505,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
                 add(f"{label}/before", modperf_cold(queries, True, cache_dir, trees[1][1]))
                 add(f"{label}/before-nocache", modperf_cold(queries, False, cache_dir, trees[1][1]))
         add("import/floor", spawn_cpu([sys.executable, "-c", "import numpy, pyarrow.parquet"])[:3])
+        # the floor of a process answering from the cache (it imports numpy, not pyarrow)
+        add("import/numpy", spawn_cpu([sys.executable, "-c", "import numpy"])[:3])
         add("import/tool", spawn_cpu([sys.executable, "-c", "import aiconfigurator_core"])[:3])
         for name, src in trees:
             add(f"import/{name}", spawn_cpu([sys.executable, "-c", "import modperf"],
@@ -543,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"{ratio(label + '/modperf-nocache', label + '/tool')})"
                      + (f"; before {ratio(label + '/before', label + '/tool')} (no cache "
                         f"{ratio(label + '/before-nocache', label + '/tool')})" if args.before else "")
+                     + f"; floor (a process importing numpy alone, {proc('import/numpy')}) / tool: "
+                     f"{ratio('import/numpy', label + '/tool')}"
                      + f"; peak RSS, cache / the cheapest read of its files ({proc(label + '/read')}): "
                      f"{statistics.median(mib(label + '/modperf')) / read_rss:.2f}"
                      + (f" (before {statistics.median(mib(label + '/before')) / read_rss:.2f})"

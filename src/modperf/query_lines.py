@@ -94,9 +94,40 @@ class _Layout:
             self.plan_values = getter
 
 
+class _ShapedItems(Sequence[dict[str, Any]]):
+    """The fields of a shape's lines (:class:`modperf.batch.Shape`), made when asked for: the
+    shape's fields with the line's own integers in its holes."""
+
+    __slots__ = ("columns", "fields", "holes", "n")
+
+    def __init__(self, fields: dict[str, Any], holes: tuple[str, ...], columns: list[tuple[bytes, ...]],
+                 n: int) -> None:
+        self.fields = fields
+        self.holes = holes
+        self.columns = dict(zip(holes, columns))
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:  # type: ignore[override]
+        fields = dict(self.fields)
+        for name, col in self.columns.items():
+            fields[name] = int(col[i])
+        return fields
+
+    def column(self, name: str, rows: list[int]) -> list[int]:
+        col = self.columns[name]
+        return list(map(int, col if len(rows) == self.n else map(col.__getitem__, rows)))
+
+
 class LineAnswerer:
     """Answers lists of query fields (one chunk of a batch); keeps templates and slow answers
     between chunks."""
+
+    #: The fields a line of a shape may give as its own integers (:class:`modperf.batch.Shape`):
+    #: the interpolation axes, which are the point, not the plan.
+    free = _AXIS_NAMES
 
     def __init__(self, engine: QueryEngine) -> None:
         self.engine = engine
@@ -122,6 +153,27 @@ class LineAnswerer:
         for (layout, values, types), rows in self._groups(items, out).items():
             key = tuple(zip(layout.plan_names, types, values))
             self._group(layout, key, rows, items, out)
+        return [o if o is not None else self.reference(items[i]) for i, o in enumerate(out)]
+
+    def answer_shaped(self, fields: dict[str, Any], holes: tuple[str, ...], columns: list[tuple[bytes, ...]],
+                      n: int) -> list[tuple[bool, str]] | None:
+        """``(ok, line)`` per line of a shape (:class:`modperf.batch.Shape`: ``fields`` with the
+        integers ``columns`` in the fields ``holes``, ``n`` lines): what :meth:`answer` gives
+        for their fields; None where the shape's lines are to be answered by :meth:`answer`
+        (an axis given as anything but an integer)."""
+        names = tuple(fields)
+        layout = self._layouts.get(names) or self._layout(names)
+        if not layout.axis_names <= set(holes):
+            return None
+        values = layout.plan_values(fields)
+        key = tuple(zip(layout.plan_names, tuple(map(type, values)), values))
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        items = _ShapedItems(fields, holes, columns, n)
+        out: list[tuple[bool, str] | None] = [None] * n
+        self._group(layout, key, list(range(n)), items, out)
         return [o if o is not None else self.reference(items[i]) for i, o in enumerate(out)]
 
     def _groups(self, items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]
@@ -169,13 +221,17 @@ class LineAnswerer:
         text_cols: dict[int, list[str]] = {}
         n = len(rows)
         bad: set[int] = set()
-        lines = items if n == len(items) else list(map(items.__getitem__, rows))  # (rows: every line, or some)
+        shaped = items if isinstance(items, _ShapedItems) else None
+        if shaped is None:
+            lines = items if n == len(items) else list(map(items.__getitem__, rows))  # (rows: every line, or some)
         for j, name in enumerate(plan.axis_fields):
             if name == HEADS:
                 cols.append(plan.local)
                 continue
             fixed = plan.fixed.get(name)
-            if name in layout.axis_names:
+            if shaped is not None and name in layout.axis_names:  # (a shape's axes: its lines' own integers)
+                col = shaped.column(name, rows)
+            elif name in layout.axis_names:
                 col = list(map(operator.itemgetter(name), lines))
                 if None in col:
                     if fixed is None:
@@ -201,8 +257,8 @@ class LineAnswerer:
 
     # -- one group of lines sharing a plan ----------------------------------------------------
 
-    def _group(self, layout: _Layout, key: tuple[Any, ...], rows: list[int], items: Sequence[Mapping[str, Any]],
-               out: list[tuple[bool, str] | None]) -> None:
+    def _group(self, layout: _Layout, key: tuple[Any, ...], rows: list[int],
+               items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]) -> None:
         engine = self.engine
         try:
             plan = engine._cached_plan(items[rows[0]])

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import errors as E
-from ..batch import read_lines, run_chunks
+from ..batch import LineShapes, read_lines, run_chunks
 from ..db import Database
 from ._app import app
 from ._common import (
@@ -155,7 +155,11 @@ def query_command(
             from ..query_lines import LineAnswerer
 
             answerer = LineAnswerer(db.queries)
-            for chunk in run_chunks(read_lines(stream), answerer.answer, fields):
+            # lines of a shape seen before (the same bytes but for their axis integers) are read
+            # by one pattern match each instead of the JSON reader (batch.LineShapes)
+            shapes = LineShapes(answerer.free, fields)
+            for chunk in run_chunks(read_lines(stream), answerer.answer, fields, shapes=shapes,
+                                    answer_shaped=answerer.answer_shaped):
                 if not chunk:
                     continue
                 oks, lines = zip(*chunk)
@@ -165,7 +169,7 @@ def query_command(
                 # more) is a fresh allocation the C library maps and hands back per chunk,
                 # every page of it faulted in again (about half the system time of a batch)
                 for at in range(0, len(lines), WRITE_LINES):
-                    write("\n".join(lines[at:at + WRITE_LINES] + ("",)))
+                    write("\n".join((*lines[at:at + WRITE_LINES], "")))
                 sys.stdout.flush()
         except OSError as exc:  # the input failed mid-way (a folder, an I/O error): typed, after every answer
             raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=batch,

@@ -11,7 +11,9 @@ point its scalar lookup written into the plan's text. Everything else -- a line 
 would not parse the simple way (a string or float where an integer goes, a missing axis), a
 plan that does not resolve, a lane table -- is answered by the reference path,
 ``engine.query`` then the JSON writer, line by line; the text of a refused or extrapolated
-point is kept per (plan, point) for the batch, since it depends on nothing else.
+point is kept per (plan, point) for the batch, since it depends on nothing else. The lines of
+one shape (:class:`modperf.batch.Shape`: their bytes equal but for their axis integers) come as
+columns of those integers (:meth:`LineAnswerer.answer_shaped`): one plan, no dict per line.
 ``tests/test_query_lines.py`` checks the output against the reference byte for byte.
 """
 

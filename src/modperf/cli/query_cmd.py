@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -10,9 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import errors as E
-from ..batch import LineShapes, read_lines, run_chunks
 from ..db import Database
 from ._app import app
+from ._batch import answer_batch
 from ._common import (
     DataRootOpt,
     JsonOpt,
@@ -22,9 +21,6 @@ from ._common import (
     handles_errors,
     open_batch,
 )
-
-#: Answer lines written at once (about 70 KB: below the size the C library maps afresh).
-WRITE_LINES = 64
 
 
 def parse_extra_fields(args: list[str]) -> dict[str, str]:
@@ -147,36 +143,7 @@ def query_command(
     fields = {k: v for k, v in fields.items() if v is not None}
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     if batch is not None:
-        stream = open_batch(batch)
-        failed = 0
-        try:
-            # a chunk of lines at a time, answered plan by plan (modperf.query_lines: the same
-            # lines as batch.run_lines writes one query at a time)
-            from ..query_lines import LineAnswerer
-
-            answerer = LineAnswerer(db.queries)
-            # lines of a shape seen before (the same bytes but for their axis integers) are read
-            # by one pattern match each instead of the JSON reader (batch.LineShapes)
-            shapes = LineShapes(answerer.free, fields)
-            for chunk in run_chunks(read_lines(stream), answerer.answer, fields, shapes=shapes,
-                                    answer_shaped=answerer.answer_shaped):
-                if not chunk:
-                    continue
-                oks, lines = zip(*chunk)
-                failed += len(oks) - sum(oks)
-                write = sys.stdout.write
-                # written WRITE_LINES lines at a time: a chunk's text joined whole (4 MB and
-                # more) is a fresh allocation the C library maps and hands back per chunk,
-                # every page of it faulted in again (about half the system time of a batch)
-                for at in range(0, len(lines), WRITE_LINES):
-                    write("\n".join((*lines[at:at + WRITE_LINES], "")))
-                sys.stdout.flush()
-        except OSError as exc:  # the input failed mid-way (a folder, an I/O error): typed, after every answer
-            raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=batch,
-                                    fix="pass a readable file of JSON lines, or - for stdin") from exc
-        finally:
-            if stream is not sys.stdin.buffer:
-                stream.close()
+        failed = answer_batch(db, batch, open_batch(batch), fields)
         raise typer.Exit(1 if failed else 0)
     if table is None:
         raise E.QueryFieldError("missing TABLE (or --batch FILE)", values={},

@@ -354,3 +354,24 @@ def test_a_line_that_is_not_one_flat_object_has_no_shape() -> None:
     assert shape is None
     shape = batch_module.shape_of(b'{"isl": -0, "step": 3, "tp_size": 4, "batch_size": true}\n', FREE, {})
     assert shape is not None and shape.holes == ("step",)  # -0 and true stay as written; tp_size is no axis
+
+
+def test_a_point_given_with_and_without_an_axis_the_plan_fixes_writes_each_its_own_line(db: modperf.Database) -> None:
+    """Lines of one table and one point, one giving `step` and one leaving it to the plan (0):
+    two plans (the answer lists its fields in the order given), so the text kept for an
+    extrapolated or refused point is kept per plan."""
+    keyed = db.table(*SLOTS[0])
+    fields = point_fields(keyed, 0, int(keyed.offsets[0]))
+    assert fields["step"] == 0
+    lines = []
+    for isl in (fields["isl"], 50_000, 10**6, 50_000):
+        given = {**fields, "isl": isl}
+        lines += [json.dumps(given).encode(), json.dumps({k: v for k, v in given.items() if k != "step"}).encode()]
+    data = b"\n".join(lines) + b"\n"
+    reference = [line for _, line in run_lines(read_lines(io.BytesIO(data)), db.queries.query)]
+    assert reference[2] != reference[3] and json.loads(reference[2]) == json.loads(reference[3])  # (the order)
+    assert '"kind": "extrapolated"' in reference[2] and reference[4].startswith('{"error"')
+    for chunk in (1, 4096):
+        answerer = LineAnswerer(db.queries)
+        assert [line for c in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=chunk)
+                for _, line in c] == reference

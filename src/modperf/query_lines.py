@@ -137,7 +137,9 @@ class LineAnswerer:
         self._refusals: dict[int, tuple[_Plan, _Refusal | None]] = {}
         self._nearest_texts: dict[int, tuple[_Plan, dict[tuple[int, ...], tuple[str, str]]]] = {}
         self._extrapolations: dict[int, tuple[_Plan, dict[tuple[str, ...], tuple[str, str] | bool]]] = {}
-        self._slow: dict[tuple[Any, ...], tuple[bool, str]] = {}
+        # per plan: the answer line of each extrapolated or refused point (by its axis values' text)
+        self._slow: dict[int, tuple[_Plan, dict[tuple[str, ...], tuple[bool, str]]]] = {}
+        self._n_slow = 0  # lines kept in all
         self._layouts: dict[tuple[str, ...], _Layout] = {}
 
     def reference(self, fields: Mapping[str, Any]) -> tuple[bool, str]:
@@ -152,9 +154,8 @@ class LineAnswerer:
         out: list[tuple[bool, str] | None] = [None] * len(items)
         # lines are grouped by their field names (in order) and the values and types of the
         # non-axis ones: a group is finer than the plan cache's key, so one plan answers it
-        for (layout, values, types), rows in self._groups(items, out).items():
-            key = tuple(zip(layout.plan_names, types, values))
-            self._group(layout, key, rows, items, out)
+        for (layout, _, _), rows in self._groups(items, out).items():
+            self._group(layout, rows, items, out)
         return [o if o is not None else self.reference(items[i]) for i, o in enumerate(out)]
 
     def answer_shaped(self, fields: dict[str, Any], holes: tuple[str, ...], columns: list[tuple[bytes, ...]],
@@ -167,15 +168,9 @@ class LineAnswerer:
         layout = self._layouts.get(names) or self._layout(names)
         if not layout.axis_names <= set(holes):
             return None
-        values = layout.plan_values(fields)
-        key = tuple(zip(layout.plan_names, tuple(map(type, values)), values))
-        try:
-            hash(key)
-        except TypeError:
-            return None
         items = _ShapedItems(fields, holes, columns, n)
         out: list[tuple[bool, str] | None] = [None] * n
-        self._group(layout, key, list(range(n)), items, out)
+        self._group(layout, list(range(n)), items, out)
         return [o if o is not None else self.reference(items[i]) for i, o in enumerate(out)]
 
     def _groups(self, items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]
@@ -259,7 +254,7 @@ class LineAnswerer:
 
     # -- one group of lines sharing a plan ----------------------------------------------------
 
-    def _group(self, layout: _Layout, key: tuple[Any, ...], rows: list[int],
+    def _group(self, layout: _Layout, rows: list[int],
                items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]) -> None:
         engine = self.engine
         try:
@@ -309,16 +304,17 @@ class LineAnswerer:
         if plain.all():
             return
         # extrapolated or refused: depends on nothing but the plan and the point (the text
-        # kept for the batch, by the point's axis values' text; the heads are the plan's)
-        slow = self._slow
-        refused: list[tuple[int, int, tuple[Any, ...]]] = []  # (position, line, memo key)
+        # kept for the batch per plan -- the plan is the field names in order, and the values
+        # of the others: two lines of one group key may differ in which axes they give -- by
+        # the point's axis values' text; the heads are the plan's)
+        slow = self._slow_of(plan)
+        refused: list[tuple[int, int, tuple[str, ...]]] = []  # (position, line, memo key)
         extrapolated: list[tuple[int, int]] = []  # (position, line)
-        memos: list[tuple[Any, ...]] = []
+        memos: list[tuple[str, ...]] = []
         other = np.flatnonzero(~plain).tolist()
         points = zip(*[list(map(t.__getitem__, other)) for t in text_cols.values()]) if text_cols \
             else itertools.repeat(())
-        for r, kind, point in zip(other, kinds[~plain].tolist(), points):
-            memo = (key, point)
+        for r, kind, memo in zip(other, kinds[~plain].tolist(), points):
             found = slow.get(memo)
             if found is not None:
                 out[rows[r]] = found
@@ -329,14 +325,25 @@ class LineAnswerer:
                 memos.append(memo)
         if extrapolated:
             self._extrapolate(plan, template, cols, texts, latencies, spent, extrapolated, items, out)
-            if len(slow) + len(memos) >= _KEEP_POINTS:
-                slow.clear()
+            slow = self._memo_room(plan, len(memos))
             for (_, i), memo in zip(extrapolated, memos):
                 found = out[i]
                 if found is not None:
                     slow[memo] = found
         if refused:
             self._refuse(plan, cols, text_cols, spent, refused, items, out)
+
+    def _slow_of(self, plan: _Plan) -> dict[tuple[str, ...], tuple[bool, str]]:
+        return _kept(self._slow, plan, lambda _: {})
+
+    def _memo_room(self, plan: _Plan, adding: int) -> dict[tuple[str, ...], tuple[bool, str]]:
+        """The plan's kept lines, with room for ``adding`` more: every plan's are dropped when
+        all of them would hold ``_KEEP_POINTS``."""
+        if self._n_slow + adding >= _KEEP_POINTS:
+            self._slow.clear()
+            self._n_slow = 0
+        self._n_slow += adding
+        return self._slow_of(plan)
 
     def _extrapolate(self, plan: _Plan, template: _Template, cols: list[Any], texts: list[list[str]],
                      latencies: list[str], spent: np.ndarray, extrapolated: list[tuple[int, int]],
@@ -414,7 +421,6 @@ class LineAnswerer:
         """The refusal lines of a group's refused points (positions in the group, lines, memo
         keys): the nearest measured cells of all of them in one search, each line the plan's
         refusal text with the point's parts filled in."""
-        slow = self._slow
         refusal = self._refusal(plan)
         if refusal is None:
             found_lines = [self.reference(items[i]) for _, i, _ in refused]
@@ -440,8 +446,7 @@ class LineAnswerer:
                     listed = "[" + ", ".join([cell_fmt % grid.measured_cell(c) for c in cells]) + "]"
                     near = texts[key] = (listed, listed.replace("'", '"'))
                 found_lines.append((False, fmt % (cell_fmt % parts, wheres[finite[n]], *near)))
-        if len(slow) + len(refused) >= _KEEP_POINTS:
-            slow.clear()
+        slow = self._memo_room(plan, len(refused))
         for (_, i, memo), found in zip(refused, found_lines):
             slow[memo] = found
             out[i] = found

@@ -375,3 +375,28 @@ def test_a_point_given_with_and_without_an_axis_the_plan_fixes_writes_each_its_o
         answerer = LineAnswerer(db.queries)
         assert [line for c in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=chunk)
                 for _, line in c] == reference
+
+
+def test_lines_of_a_known_shape_beside_lines_too_long_or_given_as_text(db: modperf.Database) -> None:
+    """A chunk holding a line too long or a line given as str (no shape is tried on those)
+    after chunks that taught the shapes tried first on every line."""
+    rng = np.random.default_rng(13)
+    good = [json.dumps({**KIMI, "isl": int(isl)}).encode() + b"\n" for isl in rng.integers(1, 9000, size=200)]
+    long = json.dumps({**KIMI, "model": "x" * 500}).encode() + b"\n"
+    data = b"".join(good[:100] + [long] + good[100:])
+    lines = list(read_lines(io.BytesIO(data), limit=400))
+    assert isinstance(lines[100], batch_module.LineTooLong)
+    lines[150] = lines[150].decode()
+    reference = [line for _, line in run_lines(lines, db.queries.query)]
+    answerer = LineAnswerer(db.queries)
+    shaped = 0
+
+    def counted(fields, holes, columns, n):
+        nonlocal shaped
+        shaped += n
+        return answerer.answer_shaped(fields, holes, columns, n)
+
+    shapes = batch_module.LineShapes(answerer.free, learn_at=1)
+    out = [line for c in run_chunks(lines, answerer.answer, chunk=50, shapes=shapes, answer_shaped=counted)
+           for _, line in c]
+    assert out == reference and shaped >= 190

@@ -483,10 +483,12 @@ class LineShapes:
     is matched against the shapes known for its text, and a shape is learnt from the first
     line that none of them matches where at least ``learn_at`` lines share that text (making
     the pattern costs about what reading a few hundred lines costs), at most
-    ``learn_per_chunk`` shapes a chunk and ``per_text`` per text, ``keep`` texts in all."""
+    ``learn_per_chunk`` shapes a chunk and ``per_text`` per text, ``keep`` texts in all.
+    The ``recent`` shapes that most of a chunk's lines had are tried first on the next chunk's
+    every line, before any grouping."""
 
     def __init__(self, free: frozenset[str], defaults: Mapping[str, Any] | None = None, learn_at: int = 64,
-                 learn_per_chunk: int = 4, per_text: int = 8, keep: int = 1024) -> None:
+                 learn_per_chunk: int = 4, per_text: int = 8, keep: int = 1024, recent: int = 4) -> None:
         self.free = free
         self.base = dict(defaults or {})
         self.learn_at = learn_at
@@ -495,23 +497,51 @@ class LineShapes:
         self.keep = keep
         self._by_text: dict[bytes, list[Shape]] = {}
         self._tried: dict[bytes, int] = {}  # lines of a text no shape could be learnt from
+        self.recent = recent
+        self._recent: list[Shape] = []  # the shapes tried first on a chunk's every line
 
     def split(self, lines: list[bytes | str | LineTooLong]
               ) -> tuple[list[tuple[Shape, list[int], list[tuple[bytes, ...]]]], list[int]]:
         """Per shape found among ``lines``: the shape, the positions of its lines and, per
         hole, the digits of each; then the positions of the other lines."""
+        found: list[tuple[Shape, list[int], list[tuple[bytes, ...]]]] = []
+        at = list(range(len(lines)))
+        if self._recent:
+            # the shapes most of the last chunk's lines had, tried on every line first (a line
+            # of another shape fails its match within its first differing bytes)
+            try:
+                for shape in self._recent:
+                    at = self._match(shape, lines, at, found)
+                    if not at:
+                        break
+            except TypeError:  # a line that is not bytes: the lines grouped by their text below
+                found, at = [], list(range(len(lines)))
+        if at:
+            found, rest = self._split_by_text(lines, at, found)
+        else:
+            rest = []
+        # the next chunk tries first the shapes of at least a sixteenth of this one's lines
+        common = sorted(((len(rows), id(shape), shape) for shape, rows, _ in found if 16 * len(rows) >= len(lines)),
+                        key=lambda c: c[:2], reverse=True)
+        self._recent = [shape for _, _, shape in common[:self.recent]]
+        return found, rest
+
+    def _split_by_text(self, lines: list[bytes | str | LineTooLong], todo: list[int],
+                       found: list[tuple[Shape, list[int], list[tuple[bytes, ...]]]]
+                       ) -> tuple[list[tuple[Shape, list[int], list[tuple[bytes, ...]]]], list[int]]:
+        """:meth:`split` of the lines ``todo``, grouped by their bytes without digits (added
+        to ``found``)."""
+        picked = cast("list[bytes]", lines if len(todo) == len(lines) else [lines[k] for k in todo])
         try:
-            texts = list(map(bytes.translate, cast("list[bytes]", lines), itertools.repeat(None),
-                             itertools.repeat(_DIGITS)))
+            texts = list(map(bytes.translate, picked, itertools.repeat(None), itertools.repeat(_DIGITS)))
         except TypeError:  # a line that is not bytes (too long, or given as str): none of a shape
             texts = [line.translate(None, _DIGITS) if type(line) is bytes else None  # type: ignore[misc]
-                     for line in lines]
+                     for line in picked]
         index: dict[bytes | None, int] = {}
         ids = [index.setdefault(t, len(index)) for t in texts]
         rows: list[list[int]] = [[] for _ in index]
-        for k, g in enumerate(ids):
+        for k, g in zip(todo, ids):
             rows[g].append(k)
-        found: list[tuple[Shape, list[int], list[tuple[bytes, ...]]]] = []
         rest: list[int] = []
         budget = self.learn_per_chunk
         for text, at in zip(index, rows):

@@ -332,7 +332,7 @@ def test_a_line_its_shape_matches_reads_as_the_shape_with_its_integers(proto: di
             start, end = runs[at % len(runs)]
             variant = variant[:start] + text + variant[end:]
         else:
-            at %= len(variant)
+            at %= len(variant) + 1
             variant = variant[:at] + text + variant[at + cut:]
     found = shape.pattern.fullmatch(variant)
     if found is not None:

@@ -71,14 +71,14 @@ class _Template:
 
 
 class _Refusal:
-    """One plan's refusal line as a %-format: (the point's axis values as a dict's repr, where
-    it lies, the nearest measured cells as a list's repr, the same as JSON)."""
+    """One plan's refusal line as a %-format: (each of the point's axis values, where it lies,
+    the nearest measured cells as a list's repr, the same as JSON)."""
 
     __slots__ = ("cell_fmt", "fmt")
 
     def __init__(self, fmt: str, cell_fmt: str) -> None:
         self.fmt = fmt
-        self.cell_fmt = cell_fmt  # one cell's axis values as a dict's repr
+        self.cell_fmt = cell_fmt  # one cell's axis values as a dict's repr (the point's, in fmt)
 
 
 class _Layout:
@@ -432,20 +432,24 @@ class LineAnswerer:
             axis_texts = [[local] * len(refused) if j not in text_cols else [text_cols[j][r] for r, _, _ in refused]
                           for j in range(len(cols))]
             cell_fmt, fmt = refusal.cell_fmt, refusal.fmt
-            finite = np.isfinite(spent[at]).tolist()
             wheres = (refusal_where(math.inf), refusal_where(0.0))
+            where_texts = list(map(wheres.__getitem__, np.isfinite(spent[at]).tolist()))
             # the nearest cells' text (as a list's repr, and as JSON), per set of cells
             texts = _kept(self._nearest_texts, plan, lambda _: {})
             if len(texts) >= _KEEP_POINTS:
                 texts.clear()
-            found_lines = []
-            for n, (cells, parts) in enumerate(zip(nearest, zip(*axis_texts))):
-                key = tuple(cells)
-                near = texts.get(key)
-                if near is None:
-                    listed = "[" + ", ".join([cell_fmt % grid.measured_cell(c) for c in cells]) + "]"
-                    near = texts[key] = (listed, listed.replace("'", '"'))
-                found_lines.append((False, fmt % (cell_fmt % parts, wheres[finite[n]], *near)))
+            keys = list(map(tuple, nearest))
+            nears = list(map(texts.get, keys))
+            if None in nears:
+                for n, key in enumerate(keys):
+                    if nears[n] is None:
+                        near = texts.get(key)
+                        if near is None:
+                            listed = "[" + ", ".join([cell_fmt % grid.measured_cell(c) for c in key]) + "]"
+                            near = texts[key] = (listed, listed.replace("'", '"'))
+                        nears[n] = near
+            found_lines = [(False, fmt % (*parts, where, *near))
+                           for *parts, where, near in zip(*axis_texts, where_texts, nears)]
         slow = self._memo_room(plan, len(refused))
         for (_, i, memo), found in zip(refused, found_lines):
             slow[memo] = found
@@ -486,7 +490,8 @@ class LineAnswerer:
         if order != [0, 1, 2, 3]:
             return None
         cell_fmt = "{" + ", ".join(f"'{a}': %s" for a in axes) + "}"
-        return _Refusal(_holes(text, tokens, positions, order), cell_fmt)
+        # (the point's hole written as its axis values' holes: identifiers hold no %)
+        return _Refusal(_holes(text, tokens, positions, order, {0: cell_fmt}), cell_fmt)
 
     def _template(self, plan: _Plan) -> _Template | None:
         return _kept(self._templates, plan, self._make_template)
@@ -540,14 +545,16 @@ class LineAnswerer:
         return _Template(_holes(text, tokens, positions, in_text), [by_mark[k] for k in field_marks], has_quality)
 
 
-def _holes(text: str, tokens: list[str], positions: list[int], order: list[int]) -> str:
+def _holes(text: str, tokens: list[str], positions: list[int], order: list[int],
+           fills: Mapping[int, str] | None = None) -> str:
     """``text`` as a %-format: each marker token (at its position, in text order ``order``) a
-    ``%s`` hole, every literal ``%`` doubled."""
+    ``%s`` hole (or the format ``fills`` gives for it), every literal ``%`` doubled."""
     pieces = []
     last = 0
+    fills = fills or {}
     for k in order:
         pieces.append(text[last:positions[k]].replace("%", "%%"))
-        pieces.append("%s")
+        pieces.append(fills.get(k, "%s"))
         last = positions[k] + len(tokens[k])
     pieces.append(text[last:].replace("%", "%%"))
     return "".join(pieces)

@@ -251,7 +251,7 @@ def test_chunks_with_awkward_lines_write_the_reference_bytes(db: modperf.Databas
 # -- lines of a known shape ---------------------------------------------------------------------
 
 
-def _shaped_run(db: modperf.Database, data: bytes, chunk: int, defaults: dict | None = None
+def _shaped_run(db: modperf.Database, data: bytes, chunk: int, defaults: dict | None = None, **options
                 ) -> tuple[list[list[tuple[bool, str]]], int]:
     """The chunks a batch gives with its shapes learnt from the first line of each (every line
     of a known shape read by its pattern), and the number of lines answered as a shape's."""
@@ -265,7 +265,7 @@ def _shaped_run(db: modperf.Database, data: bytes, chunk: int, defaults: dict | 
         shaped += 0 if found is None else n
         return found
 
-    shapes = batch_module.LineShapes(answerer.free, defaults, learn_at=1, learn_per_chunk=1 << 20)
+    shapes = batch_module.LineShapes(answerer.free, defaults, **{"learn_at": 1, "learn_per_chunk": 1 << 20, **options})
     chunks = list(run_chunks(read_lines(io.BytesIO(data)), answerer.answer, defaults, chunk=chunk, shapes=shapes,
                              answer_shaped=counted))
     return chunks, shaped
@@ -278,6 +278,19 @@ def test_lines_of_a_known_shape_write_the_reference_bytes(batch: bytes, referenc
     assert all(len(c) <= chunk for c in chunks)
     # (the test would pass trivially if no line were read by its shape)
     assert shaped >= 0.5 * len(reference.splitlines())
+
+
+def test_the_shapes_kept_are_bounded(batch: bytes, reference: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = []
+    match = batch_module.LineShapes._match
+    monkeypatch.setattr(batch_module.LineShapes, "_match", staticmethod(lambda *a: (kept.append(a[0]), match(*a))[1]))
+    sizes = []
+    split = batch_module.LineShapes.split
+    monkeypatch.setattr(batch_module.LineShapes, "split",
+                        lambda self, lines: (split(self, lines), sizes.append(self._n_shapes))[0])
+    chunks, shaped = _shaped_run(modperf.open(), batch, 64, keep=3)
+    assert b"".join(line.encode() + b"\n" for c in chunks for _, line in c) == reference
+    assert max(sizes) <= 3 and len(set(map(id, kept))) > 3  # (more were learnt than kept)
 
 
 def test_lines_of_a_known_shape_take_the_defaults_as_the_reference_does(db: modperf.Database) -> None:

@@ -483,12 +483,13 @@ class LineShapes:
     is matched against the shapes known for its text, and a shape is learnt from the first
     line that none of them matches where at least ``learn_at`` lines share that text (making
     the pattern costs about what reading a few hundred lines costs), at most
-    ``learn_per_chunk`` shapes a chunk and ``per_text`` per text, ``keep`` texts in all.
+    ``learn_per_chunk`` shapes a chunk and ``per_text`` per text, ``keep`` in all (then every
+    shape is dropped and learnt again as lines come: a pattern holds some kilobytes).
     The ``recent`` shapes that most of a chunk's lines had are tried first on the next chunk's
     every line, before any grouping."""
 
     def __init__(self, free: frozenset[str], defaults: Mapping[str, Any] | None = None, learn_at: int = 64,
-                 learn_per_chunk: int = 4, per_text: int = 8, keep: int = 1024, recent: int = 4) -> None:
+                 learn_per_chunk: int = 4, per_text: int = 8, keep: int = 256, recent: int = 4) -> None:
         self.free = free
         self.base = dict(defaults or {})
         self.learn_at = learn_at
@@ -496,6 +497,7 @@ class LineShapes:
         self.per_text = per_text
         self.keep = keep
         self._by_text: dict[bytes, list[Shape]] = {}
+        self._n_shapes = 0  # shapes kept in all
         self._tried: dict[bytes, int] = {}  # lines of a text no shape could be learnt from
         self.recent = recent
         self._recent: list[Shape] = []  # the shapes tried first on a chunk's every line
@@ -563,11 +565,14 @@ class LineShapes:
                         self._tried.clear()
                     self._tried[cast(bytes, text)] = self._tried.get(cast(bytes, text), 0) + 1
                     break
+                if self._n_shapes >= self.keep:
+                    self._by_text.clear()
+                    self._n_shapes = 0
+                    shapes = []
                 if not shapes:
-                    if len(self._by_text) >= self.keep:
-                        self._by_text.clear()
                     self._by_text[cast(bytes, text)] = shapes
                 shapes.append(learnt)
+                self._n_shapes += 1
                 at = self._match(learnt, lines, at, found)
             rest.extend(at)
         return found, rest

@@ -8,7 +8,9 @@ joined as the CLI joins them), without the process start and the output's writin
 Each tree runs in its own child interpreter (so ``--before`` measures another source tree);
 the workloads are ``bench/cold.py``'s (mixed and sweep, the MLA module trtllm tables). A cell is
 the least CPU time per line over ``--runs`` runs (a fresh answerer each), then, in brackets,
-the median. Prints one table; asserts nothing.
+the median. A tree with ``batch.LineShapes`` reads and answers as the command does: lines of a
+known shape by their pattern (learnt in each run's first chunk), the rest as JSON. Prints one
+table; asserts nothing.
 """
 
 from __future__ import annotations
@@ -41,7 +43,13 @@ lines = data.splitlines(keepends=True)
 db = modperf.open()
 
 def read():
-    if hasattr(batch, "_flat_objects"):
+    if hasattr(batch, "LineShapes"):  # (a tree reading lines of a known shape by their pattern)
+        shapes = batch.LineShapes(LineAnswerer.free)
+        for k in range(0, len(lines), batch.CHUNK_LINES):
+            chunk = lines[k:k + batch.CHUNK_LINES]
+            _, rest = shapes.split(chunk)
+            batch._flat_objects([chunk[i] for i in rest])
+    elif hasattr(batch, "_flat_objects"):
         for k in range(0, len(lines), batch.CHUNK_LINES):
             batch._flat_objects(lines[k:k + batch.CHUNK_LINES])
     else:
@@ -49,7 +57,10 @@ def read():
 
 def answer():
     answerer = LineAnswerer(db.queries)
-    for chunk in run_chunks(read_lines(io.BytesIO(data)), answerer.answer):
+    shaped = {}
+    if hasattr(batch, "LineShapes"):  # (as the command runs it)
+        shaped = dict(shapes=batch.LineShapes(answerer.free), answer_shaped=answerer.answer_shaped)
+    for chunk in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, **shaped):
         "".join([line + "\n" for _, line in chunk])
 
 out = {}

@@ -28,6 +28,7 @@ Rows:
 - ``query --batch`` lines per second (a file of mixed MLA context/generation lines).
 
     python bench/cold.py [--runs 5] [--single 400] [--only-cold | --only-warm | --only-batch] [--before OTHER/src]
+                         [--batch-lines 50000] [--batch-large 500000]
 
 Prints one table; asserts nothing.
 """
@@ -317,10 +318,10 @@ def batch_lines(db: modperf.Database, family_rows: list[Any], workload: str, n: 
 def batch_rows(args: argparse.Namespace, db: modperf.Database, family_rows: list[Any], trees: list[tuple[str, str]],
                cache_dir: str) -> list[tuple[str, str, str, str, str]]:
     """``modperf query --batch`` lines per second, whole process, from a file and from stdin:
-    every tree at ``--batch-lines`` and at ten times that, and its rate past the start (the
-    lines beyond the smaller batch over the extra time)."""
+    every tree at ``--batch-lines`` and at ``--batch-large`` (ten times that unless given),
+    and its rate past the start (the lines beyond the smaller batch over the extra time)."""
     rows = []
-    small, large = args.batch_lines, 10 * args.batch_lines
+    small, large = args.batch_lines, args.batch_large or 10 * args.batch_lines
     for workload in ("mixed", "sweep"):
         text = {n: batch_lines(db, family_rows, workload, n) for n in (small, large)}
         path = {n: Path(cache_dir) / f"batch-{workload}-{n}.jsonl" for n in text}
@@ -437,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs of every process row")
     parser.add_argument("--single", type=int, default=2000, help="timed repetitions of one warm query")
-    parser.add_argument("--batch-lines", type=int, default=50000)
+    parser.add_argument("--batch-lines", type=int, default=50000, help="lines of the smaller query --batch")
+    parser.add_argument("--batch-large", type=int, help="lines of the larger query --batch (default: 10x the smaller)")
     parser.add_argument("--skip-check", action="store_true", help="leave out the whole-corpus check row")
     parser.add_argument("--skip-database", action="store_true", help="leave out the all-tables database row")
     parser.add_argument("--only-batch", action="store_true", help="only the query --batch rows")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -245,3 +246,170 @@ def test_chunks_with_awkward_lines_write_the_reference_bytes(db: modperf.Databas
         answerer = LineAnswerer(db.queries)
         out = [line for c in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=chunk) for _, line in c]
         assert out == reference
+
+
+# -- lines of a known shape ---------------------------------------------------------------------
+
+
+def _shaped_run(db: modperf.Database, data: bytes, chunk: int, defaults: dict | None = None, **options
+                ) -> tuple[list[list[tuple[bool, str]]], int]:
+    """The chunks a batch gives with its shapes learnt from the first line of each (every line
+    of a known shape read by its pattern), and the number of lines answered as a shape's."""
+    answerer = LineAnswerer(db.queries)
+    shaped = 0
+    answer_shaped = answerer.answer_shaped
+
+    def counted(fields, holes, columns, n):
+        nonlocal shaped
+        found = answer_shaped(fields, holes, columns, n)
+        shaped += 0 if found is None else n
+        return found
+
+    shapes = batch_module.LineShapes(answerer.free, defaults, **{"learn_at": 1, "learn_per_chunk": 1 << 20, **options})
+    chunks = list(run_chunks(read_lines(io.BytesIO(data)), answerer.answer, defaults, chunk=chunk, shapes=shapes,
+                             answer_shaped=counted))
+    return chunks, shaped
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_lines_of_a_known_shape_write_the_reference_bytes(batch: bytes, reference: bytes, chunk: int) -> None:
+    chunks, shaped = _shaped_run(modperf.open(), batch, chunk)
+    assert b"".join(line.encode() + b"\n" for c in chunks for _, line in c) == reference
+    assert all(len(c) <= chunk for c in chunks)
+    # (the test would pass trivially if no line were read by its shape)
+    assert shaped >= 0.5 * len(reference.splitlines())
+
+
+def test_the_shapes_kept_are_bounded(batch: bytes, reference: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = []
+    match = batch_module.LineShapes._match
+    monkeypatch.setattr(batch_module.LineShapes, "_match", staticmethod(lambda *a: (kept.append(a[0]), match(*a))[1]))
+    sizes = []
+    split = batch_module.LineShapes.split
+    monkeypatch.setattr(batch_module.LineShapes, "split",
+                        lambda self, lines: (split(self, lines), sizes.append(self._n_shapes))[0])
+    chunks, shaped = _shaped_run(modperf.open(), batch, 64, keep=3)
+    assert b"".join(line.encode() + b"\n" for c in chunks for _, line in c) == reference
+    assert max(sizes) <= 3 and len(set(map(id, kept))) > 3  # (more were learnt than kept)
+
+
+def test_lines_of_a_known_shape_take_the_defaults_as_the_reference_does(db: modperf.Database) -> None:
+    rng = np.random.default_rng(11)
+    slot = {k: KIMI[k] for k in ("system", "backend", "version")}
+    lines = [json.dumps({k: v for k, v in {**KIMI, "isl": int(isl)}.items() if k not in slot}).encode()
+             for isl in rng.integers(1, 9000, size=150)]
+    lines += [json.dumps({**KIMI, "isl": int(isl), "backend": "sglang"}).encode() for isl in (100, 2048, 9000)]
+    data = b"\n".join(lines[i] for i in rng.permutation(len(lines))) + b"\n"
+    defaults = {**slot, "isl": "7", "batch_size": 2}  # (a line's own fields win)
+    reference = [line for _, line in run_lines(read_lines(io.BytesIO(data)), db.queries.query, defaults)]
+    for chunk in (7, 4096):
+        chunks, shaped = _shaped_run(db, data, chunk, defaults)
+        assert [line for c in chunks for _, line in c] == reference
+        assert shaped >= 140
+
+
+FREE = LineAnswerer.free
+_DIGIT_RUN = st.sampled_from([b"", b"0", b"7", b"-", b"-3", b"12", b"007", b"1e3", b".5", b"123456789012345678",
+                              b"1234567890123456789"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(["isl", "batch_size", "step", "table", "n", "a: 1,", "b"]),
+                       st.one_of(st.integers(-10**20, 10**20), st.integers(0, 99),
+                                 st.text(alphabet='0123456789:, {}"ab-é', max_size=6), st.booleans(), st.none(),
+                                 st.floats(allow_nan=False, allow_infinity=False)), max_size=5),
+       st.sampled_from([(", ", ": "), (",", ":"), (" ,  ", " :\t")]), st.booleans(),
+       st.lists(st.tuples(st.integers(0, 1 << 16), st.one_of(_DIGIT_RUN, st.integers(-10**19, 10**19).map(
+           lambda v: str(v).encode())), st.integers(0, 2), st.booleans()), min_size=1, max_size=4),
+       st.lists(st.integers(-10**18 + 1, 10**18 - 1), min_size=5, max_size=5))
+def test_a_line_its_shape_matches_reads_as_the_shape_with_its_integers(proto: dict, separators: tuple[str, str],
+                                                                       ascii_only: bool, edits: list,
+                                                                       others: list[int]) -> None:
+    """A shape's pattern matches its own line and the line with other integers in its holes;
+    any line it matches (the line with numbers replaced, digits and signs inserted or removed)
+    reads as the shape's fields with the matched integers in its holes: keys, order, types
+    and values."""
+    def dumped(obj: dict) -> bytes:
+        return json.dumps(obj, separators=separators, ensure_ascii=ascii_only).encode() + b"\n"
+
+    line = dumped(proto)
+    shape = batch_module.shape_of(line, FREE, {})
+    assert shape is not None and shape.pattern.fullmatch(line)
+    assert set(shape.holes) == {k for k, v in proto.items() if k in FREE and type(v) is int and abs(v) < 10**18}
+    moved = shape.pattern.fullmatch(dumped({**proto, **dict(zip(shape.holes, others))}))
+    assert moved is not None and list(map(int, moved.groups())) == others[:len(shape.holes)]
+    variant = line
+    for at, text, cut, a_run in edits:
+        runs = [m.span() for m in re.finditer(rb"-?[0-9]+", variant)]
+        if a_run and runs:  # a whole number, sign and digits, replaced
+            start, end = runs[at % len(runs)]
+            variant = variant[:start] + text + variant[end:]
+        else:
+            at %= len(variant) + 1
+            variant = variant[:at] + text + variant[at + cut:]
+    found = shape.pattern.fullmatch(variant)
+    if found is not None:
+        expected = dict(shape.fields)
+        expected.update({h: int(v) for h, v in zip(shape.holes, found.groups())})
+        assert _typed(batch_module._flat_object(variant)) == _typed(expected)
+        assert _typed(batch_module.parse_line(1, variant)) == _typed(expected)
+
+
+def test_a_line_that_is_not_one_flat_object_has_no_shape() -> None:
+    for line in AWKWARD:
+        shape = batch_module.shape_of(line + b"\n", FREE, {})
+        if shape is not None:  # (a flat object of unique keys: it reads as the line alone gives)
+            assert _typed(shape.fields) == _typed(batch_module._flat_object(line + b"\n"))
+    assert batch_module.shape_of(b'{"isl": 1, "isl": 2}\n', FREE, {}) is None
+    assert batch_module.shape_of(b'{"isl": [1]}\n', FREE, {}) is None
+    assert batch_module.shape_of(b'{"isl": NaN}\n', FREE, {}) is None
+    shape = batch_module.shape_of(b'{"isl": 01}\n', FREE, {})
+    assert shape is None
+    shape = batch_module.shape_of(b'{"isl": -0, "step": 3, "tp_size": 4, "batch_size": true}\n', FREE, {})
+    assert shape is not None and shape.holes == ("step",)  # -0 and true stay as written; tp_size is no axis
+
+
+def test_a_point_given_with_and_without_an_axis_the_plan_fixes_writes_each_its_own_line(db: modperf.Database) -> None:
+    """Lines of one table and one point, one giving `step` and one leaving it to the plan (0):
+    two plans (the answer lists its fields in the order given), so the text kept for an
+    extrapolated or refused point is kept per plan."""
+    keyed = db.table(*SLOTS[0])
+    fields = point_fields(keyed, 0, int(keyed.offsets[0]))
+    assert fields["step"] == 0
+    lines = []
+    for isl in (fields["isl"], 50_000, 10**6, 50_000):
+        given = {**fields, "isl": isl}
+        lines += [json.dumps(given).encode(), json.dumps({k: v for k, v in given.items() if k != "step"}).encode()]
+    data = b"\n".join(lines) + b"\n"
+    reference = [line for _, line in run_lines(read_lines(io.BytesIO(data)), db.queries.query)]
+    assert reference[2] != reference[3] and json.loads(reference[2]) == json.loads(reference[3])  # (the order)
+    assert '"kind": "extrapolated"' in reference[2] and reference[4].startswith('{"error"')
+    for chunk in (1, 4096):
+        answerer = LineAnswerer(db.queries)
+        assert [line for c in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=chunk)
+                for _, line in c] == reference
+
+
+def test_lines_of_a_known_shape_beside_lines_too_long_or_given_as_text(db: modperf.Database) -> None:
+    """A chunk holding a line too long or a line given as str (no shape is tried on those)
+    after chunks that taught the shapes tried first on every line."""
+    rng = np.random.default_rng(13)
+    good = [json.dumps({**KIMI, "isl": int(isl)}).encode() + b"\n" for isl in rng.integers(1, 9000, size=200)]
+    long = json.dumps({**KIMI, "model": "x" * 500}).encode() + b"\n"
+    data = b"".join(good[:100] + [long] + good[100:])
+    lines = list(read_lines(io.BytesIO(data), limit=400))
+    assert isinstance(lines[100], batch_module.LineTooLong)
+    lines[150] = lines[150].decode()
+    reference = [line for _, line in run_lines(lines, db.queries.query)]
+    answerer = LineAnswerer(db.queries)
+    shaped = 0
+
+    def counted(fields, holes, columns, n):
+        nonlocal shaped
+        shaped += n
+        return answerer.answer_shaped(fields, holes, columns, n)
+
+    shapes = batch_module.LineShapes(answerer.free, learn_at=1)
+    out = [line for c in run_chunks(lines, answerer.answer, chunk=50, shapes=shapes, answer_shaped=counted)
+           for _, line in c]
+    assert out == reference and shaped >= 190

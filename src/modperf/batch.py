@@ -12,7 +12,8 @@ import gc
 import itertools
 import json
 import json.scanner
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, cast
 
 from . import errors as E
@@ -262,14 +263,28 @@ def _decode_flat(lines: list[bytes], at: list[int], out: list[dict[str, Any] | N
 #: Lines a chunked batch answers at once (an answer waits at most until its chunk is read).
 CHUNK_LINES = 4096
 
+#: Answers a shape's lines: ``(fields, holes, columns, n)`` -- the fields of the shape's first
+#: line (defaults merged in), the fields its lines give as their own integers, each such
+#: field's digits per line, the number of lines -- gives one ``(ok, line)`` per line, or None
+#: where the lines are to be read and answered one by one.
+ShapedAnswer = Callable[[dict[str, Any], tuple[str, ...], list[tuple[bytes, ...]], int],
+                        "list[tuple[bool, str]] | None"]
+
 
 def run_chunks(lines: Iterable[bytes | str | LineTooLong],
                answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]],
-               defaults: Mapping[str, Any] | None = None, chunk: int = CHUNK_LINES) -> Iterator[list[tuple[bool, str]]]:
+               defaults: Mapping[str, Any] | None = None, chunk: int = CHUNK_LINES,
+               shapes: LineShapes | None = None, answer_shaped: ShapedAnswer | None = None
+               ) -> Iterator[list[tuple[bool, str]]]:
     """:func:`run_lines` a chunk of lines at a time: per chunk, the ``(ok, line)`` of its
     non-blank lines in order, malformed lines as their error lines and the rest answered by
     ``answer_many`` (the queries' fields, defaults merged in; one ``(ok, line)`` each, as
-    :func:`run_lines` writes it). The end of the input ends the last chunk."""
+    :func:`run_lines` writes it). The end of the input ends the last chunk.
+
+    With ``shapes`` (made with the same defaults) and ``answer_shaped``, the lines of a known
+    shape (:class:`LineShapes`) are not read as JSON: each shape's lines go to
+    ``answer_shaped`` as columns of their integers, and only the others (and a shape's lines
+    that it gives back) to ``answer_many``."""
     base = dict(defaults or {})
     source = iter(lines)
     first = 1  # the number of the chunk's first line
@@ -287,15 +302,10 @@ def run_chunks(lines: Iterable[bytes | str | LineTooLong],
             paused = gc.isenabled()
             gc.disable()
             try:
-                objs, misses = _flat_objects(got)
-                if not misses:  # every line one flat object: answered as they are
-                    found = cast("list[dict[str, Any]]", objs)
-                    queries = [{**base, **obj} for obj in found] if base else found
-                    answered = answer_many(queries)
-                    if len(answered) != len(queries):
-                        raise ValueError(f"{len(answered)} answers to {len(queries)} queries")
+                if shapes is not None and answer_shaped is not None:
+                    answered = _run_chunk_shaped(got, first, answer_many, base, shapes, answer_shaped)
                 else:
-                    answered = _run_chunk_by_line(got, objs, misses, first, answer_many, base)
+                    answered = _run_chunk(got, range(first, first + len(got)), answer_many, base)
             finally:
                 if paused:
                     gc.enable()
@@ -307,31 +317,283 @@ def run_chunks(lines: Iterable[bytes | str | LineTooLong],
             return
 
 
+def _run_chunk(got: list[bytes | str | LineTooLong], numbers: Sequence[int],
+               answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]],
+               base: dict[str, Any]) -> list[tuple[bool, str]]:
+    """The ``(ok, line)`` of a chunk's non-blank lines (``numbers``: each line's number)."""
+    objs, misses = _flat_objects(got)
+    if not misses:  # every line one flat object: answered as they are
+        found = cast("list[dict[str, Any]]", objs)
+        queries = [{**base, **obj} for obj in found] if base else found
+        answered = answer_many(queries)
+        if len(answered) != len(queries):
+            raise ValueError(f"{len(answered)} answers to {len(queries)} queries")
+        return answered
+    return [o for o in _run_chunk_by_line(got, objs, misses, numbers, answer_many, base) if o is not None]
+
+
+def _run_chunk_shaped(got: list[bytes | str | LineTooLong], first: int,
+                      answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]], base: dict[str, Any],
+                      shapes: LineShapes, answer_shaped: ShapedAnswer) -> list[tuple[bool, str]]:
+    """A chunk whose lines of a known shape go to ``answer_shaped``, the rest as :func:`_run_chunk`."""
+    found, rest = shapes.split(got)
+    if not found:
+        return _run_chunk(got, range(first, first + len(got)), answer_many, base)
+    out: list[tuple[bool, str] | None] = [None] * len(got)
+    for shape, at, columns in found:
+        answered = answer_shaped(shape.fields, shape.holes, columns, len(at))
+        if answered is None:
+            rest.extend(at)
+            continue
+        if len(answered) != len(at):
+            raise ValueError(f"{len(answered)} answers to {len(at)} queries")
+        for k, one in zip(at, answered):
+            out[k] = one
+    if rest:
+        rest.sort()
+        lines = [got[k] for k in rest]
+        objs, misses = _flat_objects(lines)
+        for k, maybe in zip(rest, _run_chunk_by_line(lines, objs, misses, [first + k for k in rest], answer_many,
+                                                      base)):
+            out[k] = maybe
+    return [o for o in out if o is not None]  # (a blank line has no answer)
+
+
 def _run_chunk_by_line(got: list[bytes | str | LineTooLong], objs: list[dict[str, Any] | None], misses: list[int],
-                       first: int, answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]],
-                       base: dict[str, Any]) -> list[tuple[bool, str]]:
-    """One chunk some of whose lines were not read with the rest: each of those on its own."""
+                       numbers: Sequence[int], answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]],
+                       base: dict[str, Any]) -> list[tuple[bool, str] | None]:
+    """Lines some of which were not read with the rest: each of those on its own. Per line,
+    its ``(ok, line)``, None for a blank line."""
     for k in misses:
         objs[k] = _flat_object(got[k])
-    out: list[tuple[bool, str] | None] = []
+    out: list[tuple[bool, str] | None] = [None] * len(got)
     todo: list[int] = []
     queries: list[dict[str, Any]] = []
     for k, obj in enumerate(objs):
         if obj is None:
             try:
-                obj = parse_line(first + k, got[k])
+                obj = parse_line(numbers[k], got[k])
             except Exception as exc:  # a bad line never stops the batch
-                out.append((False, dumps(error_line(exc))))
+                out[k] = (False, dumps(error_line(exc)))
                 continue
             if obj is None:
                 continue
-        todo.append(len(out))
-        out.append(None)
+        todo.append(k)
         queries.append({**base, **obj} if base else obj)
     if queries:
         for at, answered in zip(todo, answer_many(queries), strict=True):
             out[at] = answered
-    return [o for o in out if o is not None]  # (every None was filled)
+    return out
 
 
-__all__ = ["CHUNK_LINES", "LineTooLong", "error_line", "parse_line", "read_lines", "run_chunks", "run_lines"]
+# -- lines of a known shape -----------------------------------------------------------------
+
+#: An integer as JSON and Python's repr both write it (no leading zero, no "-0"), of at most
+#: 18 digits (an int64), standing where a shape's line gives its own value.
+_HOLE = rb"(0|-?[1-9][0-9]{0,17})"
+_DIGITS = b"0123456789"
+_BLANKS = re.compile(r"[ \t\n\r]*")
+
+
+class Shape:
+    """The lines that are one line's bytes but for the integer values of some fields (its
+    holes): each such line is the JSON object ``fields`` with those values replaced."""
+
+    __slots__ = ("fields", "holes", "pattern")
+
+    def __init__(self, fields: dict[str, Any], holes: tuple[str, ...], pattern: re.Pattern[bytes]) -> None:
+        self.fields = fields
+        self.holes = holes
+        self.pattern = pattern
+
+
+def shape_of(line: bytes, free: frozenset[str], base: Mapping[str, Any]) -> Shape | None:
+    """The shape of ``line`` whose holes are the fields among ``free`` given as integers; None
+    for a line that is not one flat JSON object of unique keys in UTF-8.
+
+    Why a line that the pattern matches is that object with the holes' values replaced: the
+    pattern is the line's bytes, each hole's integer token replaced by a group matching an
+    integer token. A value's token ends where the JSON scanner ended it (a blank, a comma or
+    the closing brace follows: no digit, point or exponent) and follows a colon or a blank,
+    so a matched line holds the same tokens in the same places but for the holes' integers,
+    and reads as the same keys in the same order with the same values but those."""
+    obj = _flat_object(line)
+    if obj is None:
+        return None
+    text = line.decode("utf-8")
+    spans = _value_spans(text)
+    if spans is None or [(k, v) for k, v, _, _ in spans] != list(obj.items()):
+        return None
+    pieces: list[bytes] = []
+    holes: list[str] = []
+    last = 0
+    hole = re.compile(_HOLE)
+    for key, value, start, end in spans:
+        token = text[start:end]
+        if key in free and type(value) is int and hole.fullmatch(token.encode()) and repr(value) == token:
+            at = len(text[:start].encode("utf-8"))
+            pieces.append(re.escape(line[last:at]))
+            pieces.append(_HOLE)
+            last = at + len(token)
+            holes.append(key)
+    pieces.append(re.escape(line[last:]))
+    return Shape({**base, **obj}, tuple(holes), re.compile(b"".join(pieces)))
+
+
+def _value_spans(text: str) -> list[tuple[str, Any, int, int]] | None:
+    """``(key, value, start, end)`` per pair of a flat JSON object's text (blanks around it),
+    in order; None where the text is not read that way."""
+    try:
+        at = _BLANKS.match(text).end()  # type: ignore[union-attr]
+        if not text.startswith("{", at):
+            return None
+        at = _BLANKS.match(text, at + 1).end()  # type: ignore[union-attr]
+        spans = []
+        if text.startswith("}", at):
+            at += 1
+        else:
+            while True:
+                key, at = _SCAN_PAIRS(text, at)
+                at = _BLANKS.match(text, at).end()  # type: ignore[union-attr]
+                if type(key) is not str or not text.startswith(":", at):
+                    return None
+                start = _BLANKS.match(text, at + 1).end()  # type: ignore[union-attr]
+                value, at = _SCAN_PAIRS(text, start)
+                spans.append((key, value, start, at))
+                at = _BLANKS.match(text, at).end()  # type: ignore[union-attr]
+                if text.startswith(",", at):
+                    at = _BLANKS.match(text, at + 1).end()  # type: ignore[union-attr]
+                elif text.startswith("}", at):
+                    at += 1
+                    break
+                else:
+                    return None
+    except Exception:  # StopIteration (no value there), a bad number
+        return None
+    return spans if not text[at:].strip(_JSON_BLANK) else None
+
+
+class LineShapes:
+    """The shapes of a batch's lines (:class:`Shape`: one line's bytes but for the integers of
+    the fields ``free``), learnt as lines come: a line matching a known shape is read by one
+    match of its pattern instead of the JSON reader. A program's batch is mostly lines of a
+    few shapes (its fields fixed, its points varying).
+
+    A chunk's lines are grouped by their bytes without digits (one C call per line); a group
+    is matched against the shapes known for its text, and a shape is learnt from the first
+    line that none of them matches where at least ``learn_at`` lines share that text (making
+    the pattern costs about what reading a few hundred lines costs), at most
+    ``learn_per_chunk`` shapes a chunk and ``per_text`` per text, ``keep`` in all (then every
+    shape is dropped and learnt again as lines come: a pattern holds some kilobytes).
+    The ``recent`` shapes that most of a chunk's lines had are tried first on the next chunk's
+    every line, before any grouping."""
+
+    def __init__(self, free: frozenset[str], defaults: Mapping[str, Any] | None = None, learn_at: int = 64,
+                 learn_per_chunk: int = 4, per_text: int = 8, keep: int = 256, recent: int = 4) -> None:
+        self.free = free
+        self.base = dict(defaults or {})
+        self.learn_at = learn_at
+        self.learn_per_chunk = learn_per_chunk
+        self.per_text = per_text
+        self.keep = keep
+        self._by_text: dict[bytes, list[Shape]] = {}
+        self._n_shapes = 0  # shapes kept in all
+        self._tried: dict[bytes, int] = {}  # lines of a text no shape could be learnt from
+        self.recent = recent
+        self._recent: list[Shape] = []  # the shapes tried first on a chunk's every line
+
+    def split(self, lines: list[bytes | str | LineTooLong]
+              ) -> tuple[list[tuple[Shape, list[int], list[tuple[bytes, ...]]]], list[int]]:
+        """Per shape found among ``lines``: the shape, the positions of its lines and, per
+        hole, the digits of each; then the positions of the other lines."""
+        found: list[tuple[Shape, list[int], list[tuple[bytes, ...]]]] = []
+        at = list(range(len(lines)))
+        if self._recent:
+            # the shapes most of the last chunk's lines had, tried on every line first (a line
+            # of another shape fails its match within its first differing bytes)
+            try:
+                for shape in self._recent:
+                    at = self._match(shape, lines, at, found)
+                    if not at:
+                        break
+            except TypeError:  # a line that is not bytes: the lines grouped by their text below
+                found, at = [], list(range(len(lines)))
+        if at:
+            found, rest = self._split_by_text(lines, at, found)
+        else:
+            rest = []
+        # the next chunk tries first the shapes of at least a sixteenth of this one's lines
+        common = sorted(((len(rows), id(shape), shape) for shape, rows, _ in found if 16 * len(rows) >= len(lines)),
+                        key=lambda c: c[:2], reverse=True)
+        self._recent = [shape for _, _, shape in common[:self.recent]]
+        return found, rest
+
+    def _split_by_text(self, lines: list[bytes | str | LineTooLong], todo: list[int],
+                       found: list[tuple[Shape, list[int], list[tuple[bytes, ...]]]]
+                       ) -> tuple[list[tuple[Shape, list[int], list[tuple[bytes, ...]]]], list[int]]:
+        """:meth:`split` of the lines ``todo``, grouped by their bytes without digits (added
+        to ``found``)."""
+        picked = cast("list[bytes]", lines if len(todo) == len(lines) else [lines[k] for k in todo])
+        try:
+            texts = list(map(bytes.translate, picked, itertools.repeat(None), itertools.repeat(_DIGITS)))
+        except TypeError:  # a line that is not bytes (too long, or given as str): none of a shape
+            texts = [line.translate(None, _DIGITS) if type(line) is bytes else None  # type: ignore[misc]
+                     for line in picked]
+        index: dict[bytes | None, int] = {}
+        ids = [index.setdefault(t, len(index)) for t in texts]
+        rows: list[list[int]] = [[] for _ in index]
+        for k, g in zip(todo, ids):
+            rows[g].append(k)
+        rest: list[int] = []
+        budget = self.learn_per_chunk
+        for text, at in zip(index, rows):
+            shapes = self._by_text.get(text) if text is not None else None
+            if shapes is None:
+                if text is None or len(at) < self.learn_at or self._tried.get(text, 0) >= 2:
+                    rest.extend(at)
+                    continue
+                shapes = []
+            for shape in shapes:
+                at = self._match(shape, lines, at, found)
+                if not at:
+                    break
+            while at and budget > 0 and len(at) >= self.learn_at and len(shapes) < self.per_text:
+                budget -= 1
+                learnt = shape_of(cast(bytes, lines[at[0]]), self.free, self.base)
+                if learnt is None or learnt.pattern.fullmatch(cast(bytes, lines[at[0]])) is None:
+                    if len(self._tried) >= self.keep:
+                        self._tried.clear()
+                    self._tried[cast(bytes, text)] = self._tried.get(cast(bytes, text), 0) + 1
+                    break
+                if self._n_shapes >= self.keep:
+                    self._by_text.clear()
+                    self._n_shapes = 0
+                    shapes = []
+                if not shapes:
+                    self._by_text[cast(bytes, text)] = shapes
+                shapes.append(learnt)
+                self._n_shapes += 1
+                at = self._match(learnt, lines, at, found)
+            rest.extend(at)
+        return found, rest
+
+    @staticmethod
+    def _match(shape: Shape, lines: list[bytes | str | LineTooLong], at: list[int],
+               found: list[tuple[Shape, list[int], list[tuple[bytes, ...]]]]) -> list[int]:
+        """The lines ``at`` that ``shape`` matches added to ``found``; the others returned."""
+        matches = list(map(shape.pattern.fullmatch, map(cast("list[bytes]", lines).__getitem__, at)))
+        if None in matches:
+            miss = [k for k, m in zip(at, matches) if m is None]
+            at = [k for k, m in zip(at, matches) if m is not None]
+            matches = [m for m in matches if m is not None]
+        else:
+            miss = []
+        if at:
+            groups = cast("Callable[[re.Match[bytes] | None], tuple[bytes, ...]]", re.Match.groups)
+            columns = list(zip(*map(groups, matches))) if shape.holes else []
+            found.append((shape, at, columns))
+        return miss
+
+
+__all__ = ["CHUNK_LINES", "LineShapes", "LineTooLong", "Shape", "error_line", "parse_line", "read_lines", "run_chunks",
+           "run_lines", "shape_of"]

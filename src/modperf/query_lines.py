@@ -11,7 +11,9 @@ point its scalar lookup written into the plan's text. Everything else -- a line 
 would not parse the simple way (a string or float where an integer goes, a missing axis), a
 plan that does not resolve, a lane table -- is answered by the reference path,
 ``engine.query`` then the JSON writer, line by line; the text of a refused or extrapolated
-point is kept per (plan, point) for the batch, since it depends on nothing else.
+point is kept per (plan, point) for the batch, since it depends on nothing else. The lines of
+one shape (:class:`modperf.batch.Shape`: their bytes equal but for their axis integers) come as
+columns of those integers (:meth:`LineAnswerer.answer_shaped`): one plan, no dict per line.
 ``tests/test_query_lines.py`` checks the output against the reference byte for byte.
 """
 
@@ -69,14 +71,14 @@ class _Template:
 
 
 class _Refusal:
-    """One plan's refusal line as a %-format: (the point's axis values as a dict's repr, where
-    it lies, the nearest measured cells as a list's repr, the same as JSON)."""
+    """One plan's refusal line as a %-format: (each of the point's axis values, where it lies,
+    the nearest measured cells as a list's repr, the same as JSON)."""
 
     __slots__ = ("cell_fmt", "fmt")
 
     def __init__(self, fmt: str, cell_fmt: str) -> None:
         self.fmt = fmt
-        self.cell_fmt = cell_fmt  # one cell's axis values as a dict's repr
+        self.cell_fmt = cell_fmt  # one cell's axis values as a dict's repr (the point's, in fmt)
 
 
 class _Layout:
@@ -94,9 +96,40 @@ class _Layout:
             self.plan_values = getter
 
 
+class _ShapedItems(Sequence[dict[str, Any]]):
+    """The fields of a shape's lines (:class:`modperf.batch.Shape`), made when asked for: the
+    shape's fields with the line's own integers in its holes."""
+
+    __slots__ = ("columns", "fields", "holes", "n")
+
+    def __init__(self, fields: dict[str, Any], holes: tuple[str, ...], columns: list[tuple[bytes, ...]],
+                 n: int) -> None:
+        self.fields = fields
+        self.holes = holes
+        self.columns = dict(zip(holes, columns))
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:  # type: ignore[override]
+        fields = dict(self.fields)
+        for name, col in self.columns.items():
+            fields[name] = int(col[i])
+        return fields
+
+    def column(self, name: str, rows: list[int]) -> list[int]:
+        col = self.columns[name]
+        return list(map(int, col if len(rows) == self.n else map(col.__getitem__, rows)))
+
+
 class LineAnswerer:
     """Answers lists of query fields (one chunk of a batch); keeps templates and slow answers
     between chunks."""
+
+    #: The fields a line of a shape may give as its own integers (:class:`modperf.batch.Shape`):
+    #: the interpolation axes, which are the point, not the plan.
+    free = _AXIS_NAMES
 
     def __init__(self, engine: QueryEngine) -> None:
         self.engine = engine
@@ -104,7 +137,9 @@ class LineAnswerer:
         self._refusals: dict[int, tuple[_Plan, _Refusal | None]] = {}
         self._nearest_texts: dict[int, tuple[_Plan, dict[tuple[int, ...], tuple[str, str]]]] = {}
         self._extrapolations: dict[int, tuple[_Plan, dict[tuple[str, ...], tuple[str, str] | bool]]] = {}
-        self._slow: dict[tuple[Any, ...], tuple[bool, str]] = {}
+        # per plan: the answer line of each extrapolated or refused point (by its axis values' text)
+        self._slow: dict[int, tuple[_Plan, dict[tuple[str, ...], tuple[bool, str]]]] = {}
+        self._n_slow = 0  # lines kept in all
         self._layouts: dict[tuple[str, ...], _Layout] = {}
 
     def reference(self, fields: Mapping[str, Any]) -> tuple[bool, str]:
@@ -119,9 +154,23 @@ class LineAnswerer:
         out: list[tuple[bool, str] | None] = [None] * len(items)
         # lines are grouped by their field names (in order) and the values and types of the
         # non-axis ones: a group is finer than the plan cache's key, so one plan answers it
-        for (layout, values, types), rows in self._groups(items, out).items():
-            key = tuple(zip(layout.plan_names, types, values))
-            self._group(layout, key, rows, items, out)
+        for (layout, _, _), rows in self._groups(items, out).items():
+            self._group(layout, rows, items, out)
+        return [o if o is not None else self.reference(items[i]) for i, o in enumerate(out)]
+
+    def answer_shaped(self, fields: dict[str, Any], holes: tuple[str, ...], columns: list[tuple[bytes, ...]],
+                      n: int) -> list[tuple[bool, str]] | None:
+        """``(ok, line)`` per line of a shape (:class:`modperf.batch.Shape`: ``fields`` with the
+        integers ``columns`` in the fields ``holes``, ``n`` lines): what :meth:`answer` gives
+        for their fields; None where the shape's lines are to be answered by :meth:`answer`
+        (an axis given as anything but an integer)."""
+        names = tuple(fields)
+        layout = self._layouts.get(names) or self._layout(names)
+        if not layout.axis_names <= set(holes):
+            return None
+        items = _ShapedItems(fields, holes, columns, n)
+        out: list[tuple[bool, str] | None] = [None] * n
+        self._group(layout, list(range(n)), items, out)
         return [o if o is not None else self.reference(items[i]) for i, o in enumerate(out)]
 
     def _groups(self, items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]
@@ -169,13 +218,17 @@ class LineAnswerer:
         text_cols: dict[int, list[str]] = {}
         n = len(rows)
         bad: set[int] = set()
-        lines = items if n == len(items) else list(map(items.__getitem__, rows))  # (rows: every line, or some)
+        shaped = items if isinstance(items, _ShapedItems) else None
+        if shaped is None:
+            lines = items if n == len(items) else list(map(items.__getitem__, rows))  # (rows: every line, or some)
         for j, name in enumerate(plan.axis_fields):
             if name == HEADS:
                 cols.append(plan.local)
                 continue
             fixed = plan.fixed.get(name)
-            if name in layout.axis_names:
+            if shaped is not None and name in layout.axis_names:  # (a shape's axes: its lines' own integers)
+                col = shaped.column(name, rows)
+            elif name in layout.axis_names:
                 col = list(map(operator.itemgetter(name), lines))
                 if None in col:
                     if fixed is None:
@@ -201,8 +254,8 @@ class LineAnswerer:
 
     # -- one group of lines sharing a plan ----------------------------------------------------
 
-    def _group(self, layout: _Layout, key: tuple[Any, ...], rows: list[int], items: Sequence[Mapping[str, Any]],
-               out: list[tuple[bool, str] | None]) -> None:
+    def _group(self, layout: _Layout, rows: list[int],
+               items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]) -> None:
         engine = self.engine
         try:
             plan = engine._cached_plan(items[rows[0]])
@@ -251,16 +304,17 @@ class LineAnswerer:
         if plain.all():
             return
         # extrapolated or refused: depends on nothing but the plan and the point (the text
-        # kept for the batch, by the point's axis values' text; the heads are the plan's)
-        slow = self._slow
-        refused: list[tuple[int, int, tuple[Any, ...]]] = []  # (position, line, memo key)
+        # kept for the batch per plan -- the plan is the field names in order, and the values
+        # of the others: two lines of one group key may differ in which axes they give -- by
+        # the point's axis values' text; the heads are the plan's)
+        slow = self._slow_of(plan)
+        refused: list[tuple[int, int, tuple[str, ...]]] = []  # (position, line, memo key)
         extrapolated: list[tuple[int, int]] = []  # (position, line)
-        memos: list[tuple[Any, ...]] = []
+        memos: list[tuple[str, ...]] = []
         other = np.flatnonzero(~plain).tolist()
         points = zip(*[list(map(t.__getitem__, other)) for t in text_cols.values()]) if text_cols \
             else itertools.repeat(())
-        for r, kind, point in zip(other, kinds[~plain].tolist(), points):
-            memo = (key, point)
+        for r, kind, memo in zip(other, kinds[~plain].tolist(), points):
             found = slow.get(memo)
             if found is not None:
                 out[rows[r]] = found
@@ -271,14 +325,25 @@ class LineAnswerer:
                 memos.append(memo)
         if extrapolated:
             self._extrapolate(plan, template, cols, texts, latencies, spent, extrapolated, items, out)
-            if len(slow) + len(memos) >= _KEEP_POINTS:
-                slow.clear()
+            slow = self._memo_room(plan, len(memos))
             for (_, i), memo in zip(extrapolated, memos):
                 found = out[i]
                 if found is not None:
                     slow[memo] = found
         if refused:
             self._refuse(plan, cols, text_cols, spent, refused, items, out)
+
+    def _slow_of(self, plan: _Plan) -> dict[tuple[str, ...], tuple[bool, str]]:
+        return _kept(self._slow, plan, lambda _: {})
+
+    def _memo_room(self, plan: _Plan, adding: int) -> dict[tuple[str, ...], tuple[bool, str]]:
+        """The plan's kept lines, with room for ``adding`` more: every plan's are dropped when
+        all of them would hold ``_KEEP_POINTS``."""
+        if self._n_slow + adding >= _KEEP_POINTS:
+            self._slow.clear()
+            self._n_slow = 0
+        self._n_slow += adding
+        return self._slow_of(plan)
 
     def _extrapolate(self, plan: _Plan, template: _Template, cols: list[Any], texts: list[list[str]],
                      latencies: list[str], spent: np.ndarray, extrapolated: list[tuple[int, int]],
@@ -356,7 +421,6 @@ class LineAnswerer:
         """The refusal lines of a group's refused points (positions in the group, lines, memo
         keys): the nearest measured cells of all of them in one search, each line the plan's
         refusal text with the point's parts filled in."""
-        slow = self._slow
         refusal = self._refusal(plan)
         if refusal is None:
             found_lines = [self.reference(items[i]) for _, i, _ in refused]
@@ -368,22 +432,25 @@ class LineAnswerer:
             axis_texts = [[local] * len(refused) if j not in text_cols else [text_cols[j][r] for r, _, _ in refused]
                           for j in range(len(cols))]
             cell_fmt, fmt = refusal.cell_fmt, refusal.fmt
-            finite = np.isfinite(spent[at]).tolist()
             wheres = (refusal_where(math.inf), refusal_where(0.0))
+            where_texts = list(map(wheres.__getitem__, np.isfinite(spent[at]).tolist()))
             # the nearest cells' text (as a list's repr, and as JSON), per set of cells
             texts = _kept(self._nearest_texts, plan, lambda _: {})
             if len(texts) >= _KEEP_POINTS:
                 texts.clear()
-            found_lines = []
-            for n, (cells, parts) in enumerate(zip(nearest, zip(*axis_texts))):
-                key = tuple(cells)
-                near = texts.get(key)
-                if near is None:
-                    listed = "[" + ", ".join([cell_fmt % grid.measured_cell(c) for c in cells]) + "]"
-                    near = texts[key] = (listed, listed.replace("'", '"'))
-                found_lines.append((False, fmt % (cell_fmt % parts, wheres[finite[n]], *near)))
-        if len(slow) + len(refused) >= _KEEP_POINTS:
-            slow.clear()
+            keys = list(map(tuple, nearest))
+            nears = list(map(texts.get, keys))
+            if None in nears:
+                for n, key in enumerate(keys):
+                    if nears[n] is None:
+                        near = texts.get(key)
+                        if near is None:
+                            listed = "[" + ", ".join([cell_fmt % grid.measured_cell(c) for c in key]) + "]"
+                            near = texts[key] = (listed, listed.replace("'", '"'))
+                        nears[n] = near
+            found_lines = [(False, fmt % (*parts, where, *near))
+                           for *parts, where, near in zip(*axis_texts, where_texts, nears)]
+        slow = self._memo_room(plan, len(refused))
         for (_, i, memo), found in zip(refused, found_lines):
             slow[memo] = found
             out[i] = found
@@ -423,7 +490,8 @@ class LineAnswerer:
         if order != [0, 1, 2, 3]:
             return None
         cell_fmt = "{" + ", ".join(f"'{a}': %s" for a in axes) + "}"
-        return _Refusal(_holes(text, tokens, positions, order), cell_fmt)
+        # (the point's hole written as its axis values' holes: identifiers hold no %)
+        return _Refusal(_holes(text, tokens, positions, order, {0: cell_fmt}), cell_fmt)
 
     def _template(self, plan: _Plan) -> _Template | None:
         return _kept(self._templates, plan, self._make_template)
@@ -477,14 +545,16 @@ class LineAnswerer:
         return _Template(_holes(text, tokens, positions, in_text), [by_mark[k] for k in field_marks], has_quality)
 
 
-def _holes(text: str, tokens: list[str], positions: list[int], order: list[int]) -> str:
+def _holes(text: str, tokens: list[str], positions: list[int], order: list[int],
+           fills: Mapping[int, str] | None = None) -> str:
     """``text`` as a %-format: each marker token (at its position, in text order ``order``) a
-    ``%s`` hole, every literal ``%`` doubled."""
+    ``%s`` hole (or the format ``fills`` gives for it), every literal ``%`` doubled."""
     pieces = []
     last = 0
+    fills = fills or {}
     for k in order:
         pieces.append(text[last:positions[k]].replace("%", "%%"))
-        pieces.append("%s")
+        pieces.append(fills.get(k, "%s"))
         last = positions[k] + len(tokens[k])
     pieces.append(text[last:].replace("%", "%%"))
     return "".join(pieces)

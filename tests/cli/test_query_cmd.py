@@ -7,6 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from modperf.cli import app
+from modperf.cli._batch import batch_path, run_alone
 
 runner = CliRunner()
 SLOT = ["mla_context_module", "--system", "gb300", "--backend", "vllm", "--version", "0.27.0"]
@@ -115,3 +116,67 @@ def test_tables_without_a_head_axis_answer_by_their_own_keys() -> None:
     assert answer["latency_ms"] == (rows[0]["combine_transmit_us"] + rows[0]["combine_notify_us"]) / 1000.0
     human = runner.invoke(app, args)
     assert human.exit_code == 0 and "exact" in human.stdout and "heads" not in human.stdout
+
+
+# -- `modperf query --batch FILE` alone, started without the parser --------------------------------
+
+
+def test_only_a_batch_alone_is_started_without_the_parser() -> None:
+    assert batch_path(["query", "--batch", "q.jsonl"]) == ("q.jsonl", False)
+    assert batch_path(["query", "--batch=q.jsonl"]) == ("q.jsonl", False)
+    assert batch_path(["--no-cache", "query", "--batch", "-"]) == ("-", True)
+    for args in ([], ["query"], ["query", "--batch"], ["query", "--batch="], ["query", "--batch", "--json"],
+                 ["query", "--batch", "q.jsonl", "--json"], ["query", "--batch", "q.jsonl", "--isl", "8"],
+                 ["query", "mla_context_module", "--batch", "q.jsonl"], ["predict", "--batch", "q.jsonl"],
+                 ["--no-cache"], ["ls", "--batch", "q.jsonl"], ["query", "--batch", "-x"]):
+        assert batch_path(args) is None, args
+
+
+def _both_ways(argv: list[str], capsys, monkeypatch) -> tuple[tuple[int, str, str], tuple[int, str, str]]:
+    """``modperf ARGV`` through the entry point (a batch alone: without the parser), then with
+    every batch going through the typer command."""
+    from tests.helpers import run_main
+
+    from modperf.cli import _batch
+
+    started = []
+    monkeypatch.setattr(_batch, "run_alone", lambda args: (started.append(run_alone(args)), started[-1])[1])
+    first = run_main(argv, capsys)
+    assert started and started[0] is not None  # (it was started without the parser)
+    monkeypatch.setattr(_batch, "run_alone", lambda args: None)
+    return first, run_main(argv, capsys)
+
+
+def test_a_batch_alone_writes_what_the_command_writes(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("MODPERF_NO_CACHE", "0")  # (--no-cache sets it to 1: put back after the test)
+    path = tmp_path / "q.jsonl"
+    heads = {"model": "moonshotai/Kimi-K3", "tp_size": 3}
+    lines = [json.dumps({**LINE, **heads, "isl": isl}) for isl in (2048, 3000, 10**7, "x")] + ["{", "", "{}"]
+    path.write_text("\n".join(lines * 40) + "\n")
+    alone, command = _both_ways(["query", "--batch", str(path)], capsys, monkeypatch)
+    assert alone == command
+    assert alone[0] == 1 and len(alone[1].splitlines()) == 240 and alone[2] == ""
+    assert sum('"kind": "exact"' in line for line in alone[1].splitlines()) == 40
+    path.write_text(json.dumps({**LINE, **heads}) + "\n")
+    assert _both_ways(["--no-cache", "query", f"--batch={path}"], capsys, monkeypatch)[0][0] == 0
+
+
+def test_a_batch_alone_reports_an_error_mid_way_as_the_command_does(tmp_path, capsys, monkeypatch) -> None:
+    import sys
+
+    from modperf import errors as E
+    from modperf.cli import _batch, query_cmd
+
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps(LINE) + "\n")
+    for failure, code in ((E.QueryFieldError("cannot read the batch input: gone", file=str(path), fix="retry"), 2),
+                          (RuntimeError("a bug"), 3), (KeyboardInterrupt(), 130)):
+        def failing(db, batch, stream, fields, failure=failure):
+            stream.close()
+            sys.stdout.write("an answer\n")
+            raise failure
+
+        monkeypatch.setattr(_batch, "answer_batch", failing)
+        monkeypatch.setattr(query_cmd, "answer_batch", failing)
+        alone, command = _both_ways(["query", "--batch", str(path)], capsys, monkeypatch)
+        assert alone == command and alone[0] == code and alone[1] == "an answer\n"

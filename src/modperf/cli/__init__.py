@@ -58,9 +58,14 @@ def main(argv: list[str] | None = None) -> None:
     error object too, so that a script sees one format whatever went wrong."""
     import sys
 
+    args = sys.argv[1:] if argv is None else list(argv)
+    from ._batch import run_alone
+
+    code = run_alone(args)  # `modperf query --batch FILE` alone: started without the parser
+    if code is not None:
+        sys.exit(code)
     import typer
 
-    args = sys.argv[1:] if argv is None else list(argv)
     app = _app_for(args)
     try:
         code = app(args=args, standalone_mode=False, prog_name="modperf")

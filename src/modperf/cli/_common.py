@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import functools
 import os
-import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Annotated, Any, TypeVar, cast
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -29,6 +28,7 @@ from rich.segment import Segment
 
 from .. import errors as E
 from ..jsonio import dumps
+from ._batch import open_batch as open_batch  # (predict --batch opens its input the same way)
 
 
 def _safe_text(text: str) -> str:
@@ -115,41 +115,31 @@ def handles_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except E.ModperfError as exc:
-            if kwargs.get("json_out"):
-                sys.stdout.write(dumps({"error": exc.to_dict()}) + "\n")
-            else:
-                err_console.print(f"[bold red]error[/] ({exc.kind}): {escape(str(exc))}", soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
+            raise typer.Exit(report_error(exc, bool(kwargs.get("json_out")))) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
         except Exception as exc:  # a bug: say so plainly, no traceback unless asked for
             if os.environ.get("MODPERF_DEBUG"):
                 raise
-            err_console.print(
-                f"[bold red]internal error[/]: {type(exc).__name__}: {escape(str(exc))} "
-                "(set MODPERF_DEBUG=1 for the traceback, and please report it)", soft_wrap=True)
-            raise typer.Exit(3) from None
+            raise typer.Exit(report_error(exc, False)) from None
 
     return cast(F, wrapper)
 
 
+def report_error(exc: Exception, json_out: bool) -> int:
+    """A command's error as :func:`handles_errors` reports it (a ModperfError as its message,
+    or with ``json_out`` as JSON; anything else as an internal error); its exit code."""
+    if isinstance(exc, E.ModperfError):
+        if json_out:
+            sys.stdout.write(dumps({"error": exc.to_dict()}) + "\n")
+        else:
+            err_console.print(f"[bold red]error[/] ({exc.kind}): {escape(str(exc))}", soft_wrap=True)
+        return exc.exit_code
+    err_console.print(
+        f"[bold red]internal error[/]: {type(exc).__name__}: {escape(str(exc))} "
+        "(set MODPERF_DEBUG=1 for the traceback, and please report it)", soft_wrap=True)
+    return 3
+
+
 def paths_or_none(paths: list[Path] | None) -> list[str] | None:
     return [str(p) for p in paths] if paths else None
-
-
-def open_batch(path: str) -> IO[bytes]:
-    """The batch input as bytes: each line is decoded on its own, so one line that is not
-    UTF-8 gets its own error line instead of ending the batch."""
-    if path == "-":
-        return sys.stdin.buffer
-    try:
-        stream = open(path, "rb")  # noqa: SIM115  (returned open; the caller closes it)
-    except OSError as exc:
-        raise E.QueryFieldError(f"cannot read batch file: {exc.strerror}", file=path,
-                                fix="pass a file of JSON lines, or - for stdin") from exc
-    mode = os.fstat(stream.fileno()).st_mode
-    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a device such as /dev/zero has no lines
-        stream.close()
-        raise E.QueryFieldError("the batch input is not a file or a pipe", file=path,
-                                fix="pass a file of JSON lines, or - for stdin")
-    return stream

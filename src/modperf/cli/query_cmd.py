@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -10,9 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import errors as E
-from ..batch import read_lines, run_chunks
 from ..db import Database
 from ._app import app
+from ._batch import answer_batch
 from ._common import (
     DataRootOpt,
     JsonOpt,
@@ -144,27 +143,7 @@ def query_command(
     fields = {k: v for k, v in fields.items() if v is not None}
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     if batch is not None:
-        stream = open_batch(batch)
-        failed = 0
-        try:
-            # a chunk of lines at a time, answered plan by plan (modperf.query_lines: the same
-            # lines as batch.run_lines writes one query at a time)
-            from ..query_lines import LineAnswerer
-
-            answerer = LineAnswerer(db.queries)
-            for chunk in run_chunks(read_lines(stream), answerer.answer, fields):
-                if not chunk:
-                    continue
-                oks, lines = zip(*chunk)
-                failed += len(oks) - sum(oks)
-                sys.stdout.write("\n".join(lines) + "\n")  # one copy of the chunk's text
-                sys.stdout.flush()
-        except OSError as exc:  # the input failed mid-way (a folder, an I/O error): typed, after every answer
-            raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=batch,
-                                    fix="pass a readable file of JSON lines, or - for stdin") from exc
-        finally:
-            if stream is not sys.stdin.buffer:
-                stream.close()
+        failed = answer_batch(db, batch, open_batch(batch), fields)
         raise typer.Exit(1 if failed else 0)
     if table is None:
         raise E.QueryFieldError("missing TABLE (or --batch FILE)", values={},

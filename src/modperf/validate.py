@@ -112,6 +112,17 @@ def _wide(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int64, copy=False)
 
 
+def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a * b`` row by row, exact, in the narrowest signed type that holds every product (a
+    20M-row table's heads x tp in int16 is 40 MB, in int64 160): the bound is taken in Python
+    integers; past int64 the product wraps as int64 arithmetic does (the guards check the
+    ranges of heads and tp before they multiply them)."""
+    if not a.size:
+        return np.multiply(a, b, dtype=np.int64)
+    bound = max(abs(int(a.min())), abs(int(a.max()))) * max(abs(int(b.min())), abs(int(b.max())))
+    return np.multiply(a, b, dtype=narrowest_signed(-bound, bound))
+
+
 @dataclass
 class NarrowRead:
     """A table's typed columns, read row group by row group into preallocated narrow arrays."""
@@ -462,11 +473,16 @@ def validate_table(
     elif TP in integers and family.tier is Tier.LOCAL and (integers[TP] > 1).any():
         # A file of tp chains records the native as num_heads * tp_size. A file of tp=1 sweeps
         # alone does not record it (every local count is a grid point), so none is derived.
-        native = np.multiply(integers[HEADS], integers[TP], dtype=np.int64)
+        native = _product(integers[HEADS], integers[TP])
 
     if architecture is not None and model is not None:
         width = len(architecture.values)
-        pairs = unique_codes(model.codes.astype(np.int64) * width + architecture.codes)
+        # (model, architecture) pairs in the narrowest type over their count, combined in place
+        pair = model.codes.astype(narrowest_signed(0, len(model.values) * width))
+        pair *= width
+        pair += architecture.codes
+        pairs = unique_codes(pair)
+        del pair
         for m_code, a_code in zip(pairs // width, pairs % width):
             name, arch = model.values[m_code], architecture.values[a_code]
             config = configs.get(name)
@@ -479,7 +495,8 @@ def validate_table(
                         fix="correct the model column (the name may belong to another checkpoint) or the config")
 
     # -- latency values --------------------------------------------------------------------
-    bad_latency = ~np.isfinite(latency) | (latency < 0)
+    bad_latency = ~np.isfinite(latency)
+    bad_latency |= latency < 0
     zero = latency == 0
     if zero.any() and spec.zero_latency_rule is not None:
         allowed = np.zeros(n, dtype=bool)
@@ -519,7 +536,7 @@ def validate_table(
         if family.tier is Tier.NATIVE:
             _native_contract(out, model, heads, tp, native, known_rows, integers.get("local_num_heads"))
         else:
-            bad = known_rows & ~stale_rows & (tp > 1) & (np.multiply(heads, tp, dtype=np.int64) != native)
+            bad = known_rows & ~stale_rows & (tp > 1) & (_product(heads, tp) != native)
             if bad.any():
                 _report_by_model(
                     out, E.RankLocalError, bad, model, heads, tp, native,
@@ -611,26 +628,51 @@ def _typed_columns(out: _Collector, table: pa.Table, spec: TableSpec, names: set
     return categorical, integers, latency
 
 
+def _dense_codes(values: np.ndarray) -> tuple[int, np.ndarray]:
+    """(number of distinct values, each value's index among them in ascending order): the
+    codes :func:`modperf.codes.factorize` gives, in the narrowest type over their count, and
+    without its int64 temporaries where the values span at most 2**16."""
+    low, high = int(values.min()), int(values.max())
+    span = high - low + 1
+    if span > 1 << 16:
+        uniq, codes = factorize(values)
+        return int(uniq.size), codes.astype(narrowest_signed(0, uniq.size))
+    # values - low lies in [0, span): exact in that type (the subtraction wraps consistently)
+    shifted = np.subtract(values, values.dtype.type(low), dtype=narrowest_signed(0, span), casting="unsafe")
+    present = np.zeros(span, dtype=bool)
+    present[shifted] = True
+    rank = np.cumsum(present, dtype=np.int64)
+    rank -= 1
+    count = int(rank[-1]) + 1
+    return count, rank.astype(narrowest_signed(0, count))[shifted]
+
+
 def _stale_fingerprint(out: _Collector, model: Categorical | None, version: Categorical | None,
                        integers: dict[str, np.ndarray], path: Path, n: int) -> np.ndarray:
     """Inside one (model, version) group, num_heads constant while tp_size varies is the
     retired native convention."""
-    group = np.zeros(n, dtype=np.int64)
-    if model is not None:
-        group += model.codes
+    # each row's (model, version) group, as its index among the groups present: every array
+    # here is in the narrowest type over its count (a 20M-row table held 24-32 B per row of
+    # int64 temporaries here)
+    card = (len(model.values) if model is not None else 1) * (len(version.values) + 1 if version is not None else 1)
+    key = model.codes.astype(narrowest_signed(0, card)) if model is not None else \
+        np.zeros(n, dtype=narrowest_signed(0, card))
     if version is not None:
-        group = group * (len(version.values) + 1) + version.codes
+        key *= len(version.values) + 1
+        key += version.codes
+    n_groups, group = _dense_codes(key)
+    del key
     heads, tp = integers[HEADS], integers[TP]
     stale = np.zeros(n, dtype=bool)
-    groups, group = factorize(group)
 
     def distinct_per_group(values: np.ndarray) -> np.ndarray:
-        # one column at a time, combined in place: a 20M-row table holds one int64 temporary
-        uniq, code = factorize(values)
-        combined = group * uniq.size
+        # one column at a time, combined in place
+        n_values, code = _dense_codes(values)
+        combined = group.astype(narrowest_signed(0, n_groups * n_values))
+        combined *= n_values
         combined += code
         del code
-        return np.bincount(unique_codes(combined) // uniq.size, minlength=groups.size)
+        return np.bincount(unique_codes(combined) // n_values, minlength=n_groups)
 
     tps_per_group = distinct_per_group(tp)
     heads_per_group = distinct_per_group(heads)
@@ -683,7 +725,7 @@ def stale_chain_rows(spec: TableSpec, categorical: dict[str, Categorical], integ
         return np.bincount(unique_codes(chain * uniq.size + code) // uniq.size, minlength=chains.size)
 
     tps, heads_n = distinct_per_chain(tp), distinct_per_chain(heads)
-    products = distinct_per_chain(np.multiply(heads, tp, dtype=np.int64))
+    products = distinct_per_chain(_product(heads, tp))
     stale = (tps >= 2) & (products > heads_n)
     return stale[chain]
 
@@ -731,7 +773,7 @@ def _native_contract(out: _Collector, model: Categorical, heads: np.ndarray, tp:
             "num_attention_heads of the model",
         )
     if local_heads is not None:
-        bad = known & (np.multiply(local_heads, tp, dtype=np.int64) != heads)
+        bad = known & (_product(local_heads, tp) != heads)
         if bad.any():
             _report_by_model(
                 out, E.RankLocalError, bad, model, local_heads, tp, native,

@@ -202,3 +202,41 @@ def test_a_table_below_narrow_rows_is_read_whole(db, models, monkeypatch):
     narrow, _ = validate_table(ref, family, models)
     assert narrow is not None and narrow.integers["tp_size"].dtype == np.int8
     _same_validated(narrow, validated)
+
+
+def _stale_chains_by_sorting(spec, categorical, integers, n: int) -> np.ndarray:
+    """stale_chain_rows's rule computed the plain way: chains by np.unique over the stacked key
+    columns, then per chain the distinct tp sizes, head counts and products as Python sets."""
+    heads, tp = integers["num_heads"].astype(np.int64), integers["tp_size"].astype(np.int64)
+    columns = [categorical[c].codes.astype(np.int64) for c in spec.categorical if c in categorical]
+    columns += [integers[c].astype(np.int64) for c in (*spec.discrete, *spec.axes)
+                if c in integers and c not in ("num_heads", "tp_size")]
+    _, chain = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    chain = chain.reshape(-1)
+    stale = np.zeros(n, dtype=bool)
+    for c in np.unique(chain):
+        rows = chain == c
+        pairs = set(zip(heads[rows].tolist(), tp[rows].tolist()))
+        tps, heads_n, products = {t for _, t in pairs}, {h for h, _ in pairs}, {h * t for h, t in pairs}
+        stale[rows] = len(tps) >= 2 and len(products) > len(heads_n)
+    return stale
+
+
+def test_stale_chain_rows_matches_the_rule_computed_by_sorting(db, tmp_path):
+    ref = db.ref("h200_sxm", "trtllm", "1.3.0rc20", "generation_mla")  # local-only, tp chains
+    family = family_of(ref.table)
+    assert family is not None
+    # the same rows stored the retired way (num_heads = heads x tp): every chain over tp stale
+    table = pq.read_table(ref.path)
+    table = table.set_column(table.schema.get_field_index("num_heads"), "num_heads",
+                             pc.multiply(table["num_heads"], table["tp_size"]))
+    out = tmp_path / ref.system / ref.family_dir / ref.backend / ref.version / ref.path.name
+    out.parent.mkdir(parents=True)
+    pq.write_table(table, out)
+    for r, stale in ((ref, False), (refs_for_paths([out])[0], True)):
+        typed = read_narrow(r, family)  # the narrow types (int8 codes, int16 heads) the loader hands it
+        assert typed is not None
+        got = validate.stale_chain_rows(family.spec(r.table), typed.categorical, typed.integers, typed.rows)
+        assert got.any() == stale
+        assert np.array_equal(got, _stale_chains_by_sorting(family.spec(r.table), typed.categorical,
+                                                            typed.integers, typed.rows))

@@ -632,6 +632,8 @@ def _dense_codes(values: np.ndarray) -> tuple[int, np.ndarray]:
     """(number of distinct values, each value's index among them in ascending order): the
     codes :func:`modperf.codes.factorize` gives, in the narrowest type over their count, and
     without its int64 temporaries where the values span at most 2**16."""
+    if not values.size:
+        return 0, values.astype(np.int8)
     low, high = int(values.min()), int(values.max())
     span = high - low + 1
     if span > 1 << 16:
@@ -706,23 +708,31 @@ def stale_chain_rows(spec: TableSpec, categorical: dict[str, Categorical], integ
     per chain, which catches files mixing several natives' chains (each constant in heads)
     that the per-model fingerprint cannot see."""
     heads, tp = integers[HEADS], integers[TP]
+    # every per-row array but the combined key in the narrowest type over its count (a 20M-row
+    # table held an int64 code per key column here)
     codes: list[np.ndarray] = []
     cards: list[int] = []
     for name in spec.categorical:
         if name in categorical:
-            codes.append(categorical[name].codes.astype(np.int64))
+            codes.append(categorical[name].codes)
             cards.append(max(len(categorical[name].values), 1))
     for name in (*spec.discrete, *spec.axes):
         if name in integers and name not in (HEADS, TP):
-            uniq, inv = factorize(integers[name])
-            codes.append(inv)
-            cards.append(max(int(uniq.size), 1))
-    chain = combine(codes, cards, n) if codes else np.zeros(n, dtype=np.int64)
-    chains, chain = factorize(chain)
+            count, code = _dense_codes(integers[name])
+            codes.append(code)
+            cards.append(max(count, 1))
+    key = combine(codes, cards, n) if codes else np.zeros(n, dtype=np.int64)
+    del codes
+    n_chains, chain = _dense_codes(key)
+    del key
 
     def distinct_per_chain(values: np.ndarray) -> np.ndarray:
-        uniq, code = factorize(values)
-        return np.bincount(unique_codes(chain * uniq.size + code) // uniq.size, minlength=chains.size)
+        count, code = _dense_codes(values)
+        combined = chain.astype(narrowest_signed(0, n_chains * count))
+        combined *= count
+        combined += code
+        del code
+        return np.bincount(unique_codes(combined) // count, minlength=n_chains)
 
     tps, heads_n = distinct_per_chain(tp), distinct_per_chain(heads)
     products = distinct_per_chain(_product(heads, tp))

@@ -122,11 +122,11 @@ def _rewrite(db, tmp_path: Path, mutate, *, row_group_size: int = 10_000, statis
 
 def _reordered(table: pa.Table) -> pa.Table:
     """Rows reordered (each row group meets the strings in another order, some not all of
-    them), batch sizes of the last rows past int16 (a later row group widens its column)."""
+    them), batch sizes of the last rows past uint16 (a later row group widens its column)."""
     order = np.lexsort((np.arange(table.num_rows) % 7, table["kernel_source"].to_numpy(zero_copy_only=False)))
     table = table.take(pa.array(order[::-1].copy()))
     batch = table["batch_size"].to_numpy().copy()
-    batch[-5000:] += 40_000
+    batch[-5000:] += 70_000
     return table.set_column(table.schema.get_field_index("batch_size"), "batch_size", pa.array(batch))
 
 
@@ -145,6 +145,7 @@ def test_many_row_groups_with_other_dictionaries_and_a_wider_last_group(db, mode
     assert narrow is not None
     assert narrow.integers["batch_size"].dtype == np.int32  # widened at the last row groups
     assert narrow.integers["tp_size"].dtype == np.int8
+    assert narrow.integers["num_heads"].dtype == np.uint8  # 128 heads: unsigned where that is narrower
     assert all(c.codes.dtype == np.int8 for c in narrow.categorical.values())
     assert _compare(ref, models)
 

@@ -7,7 +7,7 @@ gets the complete list of failures, each a typed error naming file, rows, values
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,9 +58,9 @@ class ValidatedTable:
     spec: TableSpec
     n_rows: int
     categorical: dict[str, Categorical]
-    #: Integer columns (keys, tp_size): int64, or the narrowest signed type that holds the
-    #: column where the file was read row group by row group (:func:`read_narrow`); arithmetic
-    #: widens to int64 first.
+    #: Integer columns (keys, tp_size): int64, or the narrowest integer type (signed or unsigned)
+    #: that holds the column where the file was read row group by row group
+    #: (:func:`read_narrow`); arithmetic widens first.
     integers: dict[str, np.ndarray]
     latency: np.ndarray  # float64
     model: Categorical | None
@@ -107,6 +107,16 @@ def narrowest_signed(low: int, high: int) -> np.dtype:
     return np.dtype(np.int64)
 
 
+def narrowest_int(low: int, high: int) -> np.dtype:
+    """The narrowest integer type, signed or unsigned, holding every value in [low, high] (a
+    head count of 128 fits uint8, a batch size of 60,000 uint16)."""
+    for dtype in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32):
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
+
+
 def _wide(values: np.ndarray) -> np.ndarray:
     """Integers as int64 for arithmetic (no copy where they already are)."""
     return values.astype(np.int64, copy=False)
@@ -137,24 +147,32 @@ class NarrowRead:
 class _Growing:
     """One column in the narrowest type seen so far, filled part by part: allocated at the
     first part (a part that is the whole column is only cast, without a copy where its type is
-    already the column's) and widened (one copy) when a part holds a value the type cannot."""
+    already the column's) and widened (one copy) when a part holds a value the type cannot, to
+    the narrowest type holding every value put so far."""
 
-    def __init__(self, n: int, dtype: np.dtype) -> None:
+    def __init__(self, n: int, dtype: np.dtype, narrowest: Callable[[int, int], np.dtype] = narrowest_signed
+                 ) -> None:
         self.n = n
         self.array: np.ndarray | None = None
+        self.narrowest = narrowest
+        self.seen: tuple[int, int] | None = None  # the smallest and largest value put
         self._set_type(dtype)
 
     def _set_type(self, dtype: np.dtype) -> None:
         self.dtype = dtype
-        if dtype.kind == "i":
+        if dtype.kind in "iu":
             info = np.iinfo(dtype)
             self.low, self.high = int(info.min), int(info.max)
 
     def put(self, at: int, values: np.ndarray, low: int = 0, high: int = 0) -> None:
-        if self.dtype.kind == "i" and (low < self.low or high > self.high):
-            self._set_type(narrowest_signed(min(low, self.low), max(high, self.high)))
-            if self.array is not None:
-                self.array = self.array.astype(self.dtype)
+        if self.dtype.kind in "iu":
+            if self.seen is not None:
+                low, high = min(low, self.seen[0]), max(high, self.seen[1])
+            self.seen = (low, high)
+            if low < self.low or high > self.high:
+                self._set_type(self.narrowest(low, high))
+                if self.array is not None:
+                    self.array = self.array.astype(self.dtype)  # (the rows not yet put: overwritten later)
         if self.array is None:
             if values.size == self.n:
                 self.array = values.astype(self.dtype, copy=False)
@@ -183,7 +201,7 @@ NARROW_ROWS = 1 << 16
 
 def read_narrow(ref: TableRef, family: Family, meta: pq.FileMetaData | None = None) -> NarrowRead | None:
     """The columns validation types, read one row group at a time into preallocated arrays:
-    integers in the narrowest signed type that holds them (the footer's statistics choose it, a
+    integers in the narrowest integer type that holds them (the footer's statistics choose it, a
     row group outside them widens it), strings as codes in the narrowest type over one
     dictionary (each row group's dictionary values in order of first appearance, the order
     arrow's dictionary unification gives, so the codes and values are the whole read's),
@@ -238,7 +256,7 @@ def read_narrow(ref: TableRef, family: Family, meta: pq.FileMetaData | None = No
                 low, high = 0, 0
                 break
             low, high = min(low, int(stats.min)), max(high, int(stats.max))
-        integers[c] = _Growing(n, narrowest_signed(low, high))
+        integers[c] = _Growing(n, narrowest_int(low, high), narrowest_int)
     codes = {c: _Growing(n, np.dtype(np.int8)) for c in strings}
     values: dict[str, dict[str, int]] = {c: {} for c in strings}
     latency = _Growing(n, np.dtype(np.float64))

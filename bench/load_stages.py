@@ -2,7 +2,8 @@
 
 The table is ``bench/bigtable.py``'s tiling of a corpus table. In a fresh child process per
 tree, ``loader.load_one`` runs while a thread samples the process's RSS every 10 ms along with
-the innermost modperf frame; each sample counts toward the stage it was taken in (the reader,
+the innermost modperf frame; each sample counts toward the stage it was taken in (the reader and
+``validate.read_narrow``,
 validation with the declared guards, keying with the point guards). Prints the peak per stage.
 
     python bench/load_stages.py --rows 5000000 --before /work/main/src
@@ -46,6 +47,8 @@ def stage_of(frame):
     names = []
     while frame is not None:
         names.append(Path(frame.f_code.co_filename).name if "modperf" in frame.f_code.co_filename else "")
+        if frame.f_code.co_name == "read_narrow":  # validate's row-group read is the read
+            names.append("reader.py")
         frame = frame.f_back
     for label, files in (("read", ("reader.py",)), ("validation", ("validate.py", "conventions.py")),
                          ("keying", ("buckets.py", "keyed_guards.py"))):

@@ -84,8 +84,9 @@ def load_one(ref: TableRef, registry: ModelRegistry, *, keep_arrow: bool = False
         except E.UnreadableTableError as exc:
             return Loaded(ref, family, None, None, failures=[exc], seconds=time.perf_counter() - start)
     # without keep_arrow validate_table reads the file itself (a read failure is its one
-    # failure, as above) and drops the decoded table as soon as its columns are typed, before
-    # validation's and keying's working arrays come (on a 20M-row table, GiBs not stacked)
+    # failure, as above): a big table row group by row group into narrow arrays, never decoded
+    # whole (validate.read_narrow), else whole, dropping the decoded table as soon as its
+    # columns are typed, before validation's and keying's working arrays come
     validated, failures = validate_table(ref, family, registry, arrow)
     keyed = build_buckets(validated) if validated is not None else None
     if keyed is not None:

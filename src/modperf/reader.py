@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -111,11 +111,13 @@ def read_table(
     as_stored: bool = False,
     columns: Iterable[str] | None = None,
     csv_types: Mapping[str, pa.DataType] | None = None,
+    meta: pq.FileMetaData | None = None,
 ) -> pa.Table:
     """Read one table file; any read failure becomes UnreadableTableError naming the file.
 
     ``columns`` reads only those columns (the ones the file has). ``csv_types`` parses the
     named CSV columns as those types (a version ``1.0`` stays a string, heads stay integers).
+    ``meta``: the parquet footer, where the caller has parsed it (:func:`read_footer`).
     """
     path = Path(path)
     wanted = list(columns) if columns is not None else None
@@ -129,13 +131,40 @@ def read_table(
             if wanted is None:
                 return whole
             return whole.select([c for c in whole.column_names if c in wanted])
-        meta = pq.read_metadata(path)  # the footer, parsed once: its schema, then the reader's
+        if meta is None:
+            meta = pq.read_metadata(path)  # the footer, parsed once: its schema, then the reader's
         schema = meta.schema.to_arrow_schema()
         _check_names(path, schema.names)
         names = [c for c in schema.names if wanted is None or c in wanted]
         strings = [] if as_stored else [f.name for f in schema if f.name in names and is_string_type(f.type)]
         with pq.ParquetFile(path, read_dictionary=strings, metadata=meta) as handle:
             return handle.read(columns=names)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _unreadable(path, exc) from None
+
+
+def read_footer(path: Path) -> pq.FileMetaData:
+    """The parsed footer of a parquet file (its column names checked as :func:`read_table`
+    checks them)."""
+    try:
+        meta = pq.read_metadata(path)
+        names = meta.schema.to_arrow_schema().names
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise _unreadable(path, exc) from None
+    _check_names(path, names)
+    return meta
+
+
+def read_row_groups(path: Path, meta: pq.FileMetaData) -> Iterator[pa.Table]:
+    """Every column of a parquet file, one row group at a time, strings dictionary-encoded (as
+    :func:`read_table` reads them for loading): a big table's decoded columns never live whole.
+    Any read failure becomes UnreadableTableError."""
+    schema = meta.schema.to_arrow_schema()
+    strings = [f.name for f in schema if is_string_type(f.type)]
+    try:
+        with pq.ParquetFile(path, read_dictionary=strings, metadata=meta) as handle:
+            for i in range(meta.num_row_groups):
+                yield handle.read_row_group(i)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _unreadable(path, exc) from None
 
@@ -163,5 +192,5 @@ def read_row_count(path: Path) -> int:
         raise _unreadable(path, exc) from None
 
 
-__all__ = ["is_csv", "is_string_type", "read_layout", "read_row_count", "read_schema", "read_table",
-           "stored_type"]
+__all__ = ["is_csv", "is_string_type", "read_footer", "read_layout", "read_row_count", "read_row_groups",
+           "read_schema", "read_table", "stored_type"]

@@ -7,13 +7,14 @@ gets the complete list of failures, each a typed error naming file, rows, values
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from . import errors as E
 from . import limits
@@ -28,12 +29,13 @@ from .families.base import (
     MODEL,
     PROVENANCE_COLUMNS,
     TP,
+    UNIT_DIVISOR,
     Family,
     TableSpec,
     Tier,
 )
 from .models import ModelConfig, ModelRegistry
-from .reader import is_string_type, read_table, stored_type
+from .reader import is_csv, is_string_type, read_footer, read_row_groups, read_table, stored_type
 
 #: Heads columns: a fractional value here is its own error kind.
 HEAD_COLUMNS = (HEADS, "num_key_value_heads", "local_num_heads")
@@ -43,7 +45,7 @@ MIGRATE_FIX = "run `modperf migrate {file} --model MODEL_ID` (dry run first) to 
 
 @dataclass
 class Categorical:
-    codes: np.ndarray  # int32, one per row
+    codes: np.ndarray  # one per row: int32, or the narrowest signed type where read row group by row group
     values: list[str]  # code -> value
 
 
@@ -56,10 +58,14 @@ class ValidatedTable:
     spec: TableSpec
     n_rows: int
     categorical: dict[str, Categorical]
-    integers: dict[str, np.ndarray]  # int64 columns (keys, tp_size)
+    #: Integer columns (keys, tp_size): int64, or the narrowest integer type (signed or unsigned)
+    #: that holds the column where the file was read row group by row group
+    #: (:func:`read_narrow`); arithmetic widens first.
+    integers: dict[str, np.ndarray]
     latency: np.ndarray  # float64
     model: Categorical | None
-    #: The row's native head count (None where the table cannot tell: local tier without tp).
+    #: The row's native head count (None where the table cannot tell: local tier without tp);
+    #: narrow where it comes from the model configs.
     native: np.ndarray | None
     configs: dict[str, ModelConfig] = field(default_factory=dict)
     geometry: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
@@ -90,6 +96,216 @@ def _encode(column: pa.ChunkedArray) -> Categorical:
         if unified.num_chunks else np.zeros(0, dtype=np.int32)
     values = unified.chunk(0).dictionary.to_pylist() if unified.num_chunks else []
     return Categorical(codes.astype(np.int32, copy=False), [str(v) for v in values])
+
+
+def narrowest_signed(low: int, high: int) -> np.dtype:
+    """The narrowest signed integer type holding every value in [low, high]."""
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
+
+
+def narrowest_int(low: int, high: int) -> np.dtype:
+    """The narrowest integer type, signed or unsigned, holding every value in [low, high] (a
+    head count of 128 fits uint8, a batch size of 60,000 uint16)."""
+    for dtype in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32):
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
+
+
+def _wide(values: np.ndarray) -> np.ndarray:
+    """Integers as int64 for arithmetic (no copy where they already are)."""
+    return values.astype(np.int64, copy=False)
+
+
+def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a * b`` row by row, exact, in the narrowest signed type that holds every product (a
+    20M-row table's heads x tp in int16 is 40 MB, in int64 160): the bound is taken in Python
+    integers; past int64 the product wraps as int64 arithmetic does (the guards check the
+    ranges of heads and tp before they multiply them)."""
+    if not a.size:
+        return np.multiply(a, b, dtype=np.int64)
+    bound = max(abs(int(a.min())), abs(int(a.max()))) * max(abs(int(b.min())), abs(int(b.max())))
+    return np.multiply(a, b, dtype=narrowest_signed(-bound, bound))
+
+
+@dataclass
+class NarrowRead:
+    """A table's typed columns, read row group by row group into preallocated narrow arrays."""
+
+    rows: int
+    names: set[str]  # every column, by its declared name
+    categorical: dict[str, Categorical]
+    integers: dict[str, np.ndarray]
+    latency: np.ndarray
+
+
+class _Growing:
+    """One column in the narrowest type seen so far, filled part by part: allocated at the
+    first part (a part that is the whole column is only cast, without a copy where its type is
+    already the column's) and widened (one copy) when a part holds a value the type cannot, to
+    the narrowest type holding every value put so far."""
+
+    def __init__(self, n: int, dtype: np.dtype, narrowest: Callable[[int, int], np.dtype] = narrowest_signed
+                 ) -> None:
+        self.n = n
+        self.array: np.ndarray | None = None
+        self.narrowest = narrowest
+        self.seen: tuple[int, int] | None = None  # the smallest and largest value put
+        self._set_type(dtype)
+
+    def _set_type(self, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            self.low, self.high = int(info.min), int(info.max)
+
+    def put(self, at: int, values: np.ndarray, low: int = 0, high: int = 0) -> None:
+        if self.dtype.kind in "iu":
+            if self.seen is not None:
+                low, high = min(low, self.seen[0]), max(high, self.seen[1])
+            self.seen = (low, high)
+            if low < self.low or high > self.high:
+                self._set_type(self.narrowest(low, high))
+                if self.array is not None:
+                    self.array = self.array.astype(self.dtype)  # (the rows not yet put: overwritten later)
+        if self.array is None:
+            if values.size == self.n:
+                self.array = values.astype(self.dtype, copy=False)
+                return
+            self.array = np.empty(self.n, dtype=self.dtype)
+        self.array[at: at + values.size] = values
+
+    def whole(self) -> np.ndarray:
+        assert self.array is not None
+        return self.array
+
+
+def _narrow_wanted(spec: TableSpec, ref: TableRef) -> bool:
+    """Whether a table can be validated from its typed columns alone: a parquet file whose
+    declared layout only renames columns, and that declares no guards (they read any column)."""
+    return (not is_csv(ref.path) and spec.unpivot is None and not spec.derived and not spec.guards
+            and (spec.library is None or ref.backend is None or ref.backend == spec.library)
+            and UNIT_DIVISOR[spec.latency.unit] == 1.0)
+
+
+#: A table of at least this many rows is read row group by row group into narrow arrays
+#: (:func:`read_narrow`); a smaller one is read whole (its decoded table is small, and one read
+#: of every column costs the fewest calls).
+NARROW_ROWS = 1 << 16
+
+
+def read_narrow(ref: TableRef, family: Family, meta: pq.FileMetaData | None = None) -> NarrowRead | None:
+    """The columns validation types, read one row group at a time into preallocated arrays:
+    integers in the narrowest integer type that holds them (the footer's statistics choose it, a
+    row group outside them widens it), strings as codes in the narrowest type over one
+    dictionary (each row group's dictionary values in order of first appearance, the order
+    arrow's dictionary unification gives, so the codes and values are the whole read's),
+    latency as float64. Every column is decoded (a damaged one fails as in a whole read).
+
+    None wherever the whole read must decide: the file fails to read, the layout is not only
+    renames, a column is missing, of another type or holds nulls, or the table is empty. The
+    caller then reads it whole, which reports what is wrong exactly as before."""
+    spec = family.spec(ref.table)
+    if not _narrow_wanted(spec, ref):
+        return None
+    if meta is None:
+        try:
+            meta = read_footer(ref.path)
+        except E.UnreadableTableError:
+            return None
+    if meta.num_rows == 0:
+        return None
+    schema = meta.schema.to_arrow_schema()
+    declared_names = schema.names
+    if spec.renames or spec.latency.column != LATENCY:
+        from .conventions import as_declared  # (only renames: the layout reads nothing else)
+
+        declared, row_map, failures = as_declared(schema.empty_table(), spec, ref)
+        if failures or row_map is not None:
+            return None
+        declared_names = declared.column_names
+    stored = dict(zip(declared_names, schema.names))  # declared name -> stored name
+    names = set(stored)
+    required = [c for c in spec.key_columns if c not in spec.optional] + [LATENCY]
+    required += [TP] if family.requires_tp else []
+    required += [MODEL] if family.requires_model else []
+    if any(c not in names for c in required):
+        return None
+    strings = list(dict.fromkeys(c for c in (*spec.categorical, MODEL, ARCHITECTURE, "version") if c in names))
+    ints = list(dict.fromkeys(c for c in (*spec.integer_keys, TP) if c in names))
+    types = {c: schema.field(stored[c]).type for c in names}
+    if not (all(is_string_type(types[c]) for c in strings) and pa.types.is_floating(types[LATENCY])
+            and all(pa.types.is_integer(types[c]) and types[c] != pa.uint64() for c in ints)):
+        return None
+
+    n = int(meta.num_rows)
+    # the footer's min/max of each integer column choose its type (checked on every row group)
+    leaf = {meta.row_group(0).column(j).path_in_schema: j for j in range(meta.num_columns)} \
+        if meta.num_row_groups else {}
+    integers: dict[str, _Growing] = {}
+    for c in ints:
+        low, high = 0, 0
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(leaf[stored[c]]).statistics if stored[c] in leaf else None
+            if stats is None or not stats.has_min_max:
+                low, high = 0, 0
+                break
+            low, high = min(low, int(stats.min)), max(high, int(stats.max))
+        integers[c] = _Growing(n, narrowest_int(low, high), narrowest_int)
+    codes = {c: _Growing(n, np.dtype(np.int8)) for c in strings}
+    values: dict[str, dict[str, int]] = {c: {} for c in strings}
+    latency = _Growing(n, np.dtype(np.float64))
+    at = 0
+    try:
+        for group in read_row_groups(ref.path, meta):
+            size = group.num_rows
+            for c in strings:
+                pos = at
+                for chunk in group.column(stored[c]).chunks:
+                    if chunk.null_count or not pa.types.is_dictionary(chunk.type):
+                        return None
+                    words = [str(v) for v in chunk.dictionary.to_pylist()]
+                    seen = values[c]
+                    if len(set(words)) != len(words):
+                        return None
+                    remap = [seen.setdefault(w, len(seen)) for w in words]
+                    index = to_numpy(chunk.indices)
+                    if remap != list(range(len(remap))):
+                        index = np.asarray(remap, dtype=np.int64)[index]
+                    codes[c].put(pos, index, 0, len(seen) - 1)
+                    pos += len(chunk)
+            for c in ints:
+                pos = at
+                for chunk in group.column(stored[c]).chunks:
+                    if chunk.null_count:
+                        return None
+                    part = to_numpy(chunk)
+                    if part.size:
+                        integers[c].put(pos, part, int(part.min()), int(part.max()))
+                    pos += len(chunk)
+            pos = at
+            for chunk in group.column(stored[LATENCY]).chunks:
+                if chunk.null_count:
+                    return None
+                latency.put(pos, to_numpy(chunk))
+                pos += len(chunk)
+            at += size
+            del group
+    except E.UnreadableTableError:
+        return None
+    if at != n:
+        return None
+    if n >= RELEASE_ROWS:  # the row groups' decoded memory back to the system (arrow's pool keeps it)
+        pa.default_memory_pool().release_unused()
+    return NarrowRead(
+        n, names,
+        {c: Categorical(codes[c].whole(), list(values[c])) for c in strings},
+        {c: integers[c].whole() for c in ints}, latency.whole())
 
 
 def _rows(mask: np.ndarray) -> np.ndarray:
@@ -127,18 +343,34 @@ def validate_table(
     spec = family.spec(ref.table)
     out = _Collector(path)
     read_here = table is None
-    if table is None:
+    # a table whose guards read only its typed columns is read row group by row group into
+    # them (on a 20M-row table the decoded Arrow table, GiBs, never lives whole); anything that
+    # read leaves to the whole read (a failure, a null, a type) is read whole, as before
+    narrow, meta = None, None
+    if table is None and _narrow_wanted(spec, ref):
         try:
-            table = read_table(path)
+            meta = read_footer(path)
+        except E.ModperfError:
+            meta = None  # read_table says why, as before
+        if meta is not None and meta.num_rows >= NARROW_ROWS:
+            narrow = read_narrow(ref, family, meta)
+    if narrow is None and table is None:
+        try:
+            table = read_table(path, meta=meta)
         except E.UnreadableTableError as exc:
             return None, [exc]
-    # the family's declared layout: names, phases, latency unit, derived columns, placement
-    stored_rows = table.num_rows
-    table, out.row_map, shape_failures = as_declared(table, spec, ref)
-    out.failures.extend(shape_failures)
-    if any(isinstance(f, (E.MissingColumnError, E.SystemSpecError)) for f in shape_failures):
-        return None, out.failures
-    names = set(table.column_names)
+    if narrow is not None:
+        stored_rows = narrow.rows
+        names = narrow.names
+    else:
+        assert table is not None
+        # the family's declared layout: names, phases, latency unit, derived columns, placement
+        stored_rows = table.num_rows
+        table, out.row_map, shape_failures = as_declared(table, spec, ref)
+        out.failures.extend(shape_failures)
+        if any(isinstance(f, (E.MissingColumnError, E.SystemSpecError)) for f in shape_failures):
+            return None, out.failures
+        names = set(table.column_names)
 
     # -- columns present -------------------------------------------------------------------
     required = [c for c in spec.key_columns if c not in spec.optional] + [LATENCY]
@@ -176,77 +408,25 @@ def validate_table(
     if out.failures and any(isinstance(f, E.MissingColumnError) for f in out.failures):
         return None, out.failures
 
-    n = table.num_rows
+    latency: np.ndarray | None
+    if narrow is not None:  # every column is of its type, without nulls (else it was read whole)
+        n = narrow.rows
+        categorical, integers, latency = narrow.categorical, narrow.integers, narrow.latency
+    else:
+        assert table is not None
+        n = table.num_rows
+        categorical, integers, latency = _typed_columns(out, table, spec, names)
     missing_optional = tuple(c for c in spec.optional if c not in names)
-
-    # -- types and nulls -------------------------------------------------------------------
-    categorical: dict[str, Categorical] = {}
-    integers: dict[str, np.ndarray] = {}
-    string_cols = [c for c in spec.categorical if c in names]
-    int_cols = [c for c in (*spec.integer_keys, TP) if c in names]
-    int_cols = list(dict.fromkeys(int_cols))
-    provenance_strings = [c for c in (MODEL, ARCHITECTURE, "version") if c in names]
-    for col in string_cols + provenance_strings:
-        column = table.column(col)
-        if not is_string_type(column.type):
-            out.add(E.ColumnTypeError, f"column {col!r} is {stored_type(column.type)}, expected string",
-                    values={"column": col}, fix=f"store {col!r} as a string column")
-            continue
-        if column.null_count:
-            bad = _rows(np.asarray(to_numpy(column.is_null())))
-            out.add(E.NullValueError, f"null {col!r}", rows=bad, values={"column": col},
-                    fix=f"fill {col!r} on these rows from the collection log, or drop the rows")
-            continue
-        categorical[col] = _encode(column)
-    for col in int_cols:
-        column = table.column(col)
-        t = column.type
-        if column.null_count:
-            bad = _rows(np.asarray(to_numpy(column.is_null())))
-            out.add(E.NullValueError, f"null {col!r}", rows=bad, values={"column": col},
-                    fix=f"fill {col!r} on these rows from the collection log, or drop the rows")
-            continue
-        if pa.types.is_integer(t):
-            integers[col] = to_numpy(column).astype(np.int64, copy=False)
-        elif pa.types.is_floating(t):
-            values = to_numpy(column)
-            frac = ~np.isfinite(values) | (values != np.round(values))
-            if frac.any():
-                cls = E.NonIntegerHeadsError if col in HEAD_COLUMNS else E.ColumnTypeError
-                bad = _rows(frac)
-                out.add(cls, f"{col!r} holds non-integer values", rows=bad,
-                        values={"column": col, "examples": values[bad[:3]].tolist()},
-                        fix=f"{col!r} counts things: find how these rows were produced and re-collect them")
-            else:
-                out.add(E.ColumnTypeError, f"column {col!r} is {t}, expected an integer type",
-                        values={"column": col},
-                        fix=f"store {col!r} as int64 (its values are whole numbers)")
-        else:
-            out.add(E.ColumnTypeError, f"column {col!r} is {stored_type(t)}, expected an integer type",
-                    values={"column": col}, fix=f"store {col!r} as int64")
-    latency = None
-    if LATENCY in names:
-        column = table.column(LATENCY)
-        if not pa.types.is_floating(column.type):
-            out.add(E.ColumnTypeError, f"column 'latency' is {stored_type(column.type)}, expected float (ms)",
-                    values={"column": LATENCY}, fix="store latency in milliseconds as float64")
-        elif column.null_count:
-            bad = _rows(np.asarray(to_numpy(column.is_null())))
-            out.add(E.NullValueError, "null latency", rows=bad, values={"column": LATENCY},
-                    fix="re-measure these rows or drop them")
-        else:
-            latency = to_numpy(column).astype(np.float64, copy=False)
     # Type and null failures leave columns that cannot be read as numbers: stop here (every
     # such failure is already collected). An unexpected column alone does not stop the checks.
     if any(isinstance(f, (E.ColumnTypeError, E.NonIntegerHeadsError, E.NullValueError)) for f in out.failures):
         return None, out.failures
     assert latency is not None
-    if not spec.guards:
+    if not spec.guards and table is not None:
         # nothing below reads the arrow table but the declared guards: a table read here goes
         # now (its columns are typed), a big one's memory back to the system (arrow's allocator
         # keeps it otherwise, where numpy's arrays cannot reuse it: a GiB on a 20M-row table)
         del table
-        column = None
         if read_here and n >= RELEASE_ROWS:
             pa.default_memory_pool().release_unused()
 
@@ -259,9 +439,10 @@ def validate_table(
         # checked once here, so that nothing downstream multiplies numbers that wrap in int64
         # (num_heads = 2**62 + 32 at tp 4 is 128 modulo 2**64)
         rng = limits.range_of(col)
-        bad = _rows((values < rng.low) | (values > rng.high))
-        if not bad.size:
+        if rng.low <= int(values.min()) and int(values.max()) <= rng.high:
             continue
+        values = _wide(values)
+        bad = _rows((values < rng.low) | (values > rng.high))
         counts = col in (HEADS, TP, "local_num_heads")
         out.add(E.InvalidHeadsError if counts else E.ValueRangeError,
                 f"{col!r} must be an integer in {rng.describe()} ({rng.what})", rows=bad,
@@ -304,16 +485,22 @@ def validate_table(
     # per-row native head count, by the family's rule
     native: np.ndarray | None = None
     if model is not None and configs:
-        by_code = np.array([configs[m].native_heads if m in configs else -1 for m in model.values], dtype=np.int64)
-        native = by_code[model.codes]
+        natives = [configs[m].native_heads if m in configs else -1 for m in model.values]
+        by_code = np.array(natives, dtype=narrowest_signed(min(natives), max(natives)))
+        native = by_code[model.codes]  # narrow: 20M rows hold 20-40 MB, not 160
     elif TP in integers and family.tier is Tier.LOCAL and (integers[TP] > 1).any():
         # A file of tp chains records the native as num_heads * tp_size. A file of tp=1 sweeps
         # alone does not record it (every local count is a grid point), so none is derived.
-        native = integers[HEADS] * integers[TP]
+        native = _product(integers[HEADS], integers[TP])
 
     if architecture is not None and model is not None:
         width = len(architecture.values)
-        pairs = unique_codes(model.codes.astype(np.int64) * width + architecture.codes)
+        # (model, architecture) pairs in the narrowest type over their count, combined in place
+        pair = model.codes.astype(narrowest_signed(0, len(model.values) * width))
+        pair *= width
+        pair += architecture.codes
+        pairs = unique_codes(pair)
+        del pair
         for m_code, a_code in zip(pairs // width, pairs % width):
             name, arch = model.values[m_code], architecture.values[a_code]
             config = configs.get(name)
@@ -326,7 +513,8 @@ def validate_table(
                         fix="correct the model column (the name may belong to another checkpoint) or the config")
 
     # -- latency values --------------------------------------------------------------------
-    bad_latency = ~np.isfinite(latency) | (latency < 0)
+    bad_latency = ~np.isfinite(latency)
+    bad_latency |= latency < 0
     zero = latency == 0
     if zero.any() and spec.zero_latency_rule is not None:
         allowed = np.zeros(n, dtype=bool)
@@ -341,7 +529,7 @@ def validate_table(
             return values[model.codes]
 
         if ok_rows.any():
-            allowed = spec.zero_latency_rule({**integers}, per_row) & ok_rows
+            allowed = spec.zero_latency_rule({k: _wide(v) for k, v in integers.items()}, per_row) & ok_rows
         zero &= ~allowed
     bad_latency |= zero
     if bad_latency.any():
@@ -366,7 +554,7 @@ def validate_table(
         if family.tier is Tier.NATIVE:
             _native_contract(out, model, heads, tp, native, known_rows, integers.get("local_num_heads"))
         else:
-            bad = known_rows & ~stale_rows & (tp > 1) & (heads * tp != native)
+            bad = known_rows & ~stale_rows & (tp > 1) & (_product(heads, tp) != native)
             if bad.any():
                 _report_by_model(
                     out, E.RankLocalError, bad, model, heads, tp, native,
@@ -395,26 +583,116 @@ def validate_table(
     )
 
 
+def _typed_columns(out: _Collector, table: pa.Table, spec: TableSpec, names: set[str]
+                   ) -> tuple[dict[str, Categorical], dict[str, np.ndarray], np.ndarray | None]:
+    """The columns validation reads, typed (strings as codes, integers as int64, latency as
+    float64); a column of another type or holding nulls is a failure, and left out."""
+    categorical: dict[str, Categorical] = {}
+    integers: dict[str, np.ndarray] = {}
+    string_cols = [c for c in spec.categorical if c in names]
+    int_cols = [c for c in (*spec.integer_keys, TP) if c in names]
+    int_cols = list(dict.fromkeys(int_cols))
+    provenance_strings = [c for c in (MODEL, ARCHITECTURE, "version") if c in names]
+    latency = None
+    for col in string_cols + provenance_strings:
+        column = table.column(col)
+        if not is_string_type(column.type):
+            out.add(E.ColumnTypeError, f"column {col!r} is {stored_type(column.type)}, expected string",
+                    values={"column": col}, fix=f"store {col!r} as a string column")
+            continue
+        if column.null_count:
+            bad = _rows(np.asarray(to_numpy(column.is_null())))
+            out.add(E.NullValueError, f"null {col!r}", rows=bad, values={"column": col},
+                    fix=f"fill {col!r} on these rows from the collection log, or drop the rows")
+            continue
+        categorical[col] = _encode(column)
+    for col in int_cols:
+        column = table.column(col)
+        t = column.type
+        if column.null_count:
+            bad = _rows(np.asarray(to_numpy(column.is_null())))
+            out.add(E.NullValueError, f"null {col!r}", rows=bad, values={"column": col},
+                    fix=f"fill {col!r} on these rows from the collection log, or drop the rows")
+            continue
+        if pa.types.is_integer(t):
+            integers[col] = to_numpy(column).astype(np.int64, copy=False)
+        elif pa.types.is_floating(t):
+            values = to_numpy(column)
+            frac = ~np.isfinite(values) | (values != np.round(values))
+            if frac.any():
+                cls = E.NonIntegerHeadsError if col in HEAD_COLUMNS else E.ColumnTypeError
+                bad = _rows(frac)
+                out.add(cls, f"{col!r} holds non-integer values", rows=bad,
+                        values={"column": col, "examples": values[bad[:3]].tolist()},
+                        fix=f"{col!r} counts things: find how these rows were produced and re-collect them")
+            else:
+                out.add(E.ColumnTypeError, f"column {col!r} is {t}, expected an integer type",
+                        values={"column": col},
+                        fix=f"store {col!r} as int64 (its values are whole numbers)")
+        else:
+            out.add(E.ColumnTypeError, f"column {col!r} is {stored_type(t)}, expected an integer type",
+                    values={"column": col}, fix=f"store {col!r} as int64")
+    if LATENCY in names:
+        column = table.column(LATENCY)
+        if not pa.types.is_floating(column.type):
+            out.add(E.ColumnTypeError, f"column 'latency' is {stored_type(column.type)}, expected float (ms)",
+                    values={"column": LATENCY}, fix="store latency in milliseconds as float64")
+        elif column.null_count:
+            bad = _rows(np.asarray(to_numpy(column.is_null())))
+            out.add(E.NullValueError, "null latency", rows=bad, values={"column": LATENCY},
+                    fix="re-measure these rows or drop them")
+        else:
+            latency = to_numpy(column).astype(np.float64, copy=False)
+    return categorical, integers, latency
+
+
+def _dense_codes(values: np.ndarray) -> tuple[int, np.ndarray]:
+    """(number of distinct values, each value's index among them in ascending order): the
+    codes :func:`modperf.codes.factorize` gives, in the narrowest type over their count, and
+    without its int64 temporaries where the values span at most 2**16."""
+    if not values.size:
+        return 0, values.astype(np.int8)
+    low, high = int(values.min()), int(values.max())
+    span = high - low + 1
+    if span > 1 << 16:
+        uniq, codes = factorize(values)
+        return int(uniq.size), codes.astype(narrowest_signed(0, uniq.size))
+    # values - low lies in [0, span): exact in that type (the subtraction wraps consistently)
+    shifted = np.subtract(values, values.dtype.type(low), dtype=narrowest_signed(0, span), casting="unsafe")
+    present = np.zeros(span, dtype=bool)
+    present[shifted] = True
+    rank = np.cumsum(present, dtype=np.int64)
+    rank -= 1
+    count = int(rank[-1]) + 1
+    return count, rank.astype(narrowest_signed(0, count))[shifted]
+
+
 def _stale_fingerprint(out: _Collector, model: Categorical | None, version: Categorical | None,
                        integers: dict[str, np.ndarray], path: Path, n: int) -> np.ndarray:
     """Inside one (model, version) group, num_heads constant while tp_size varies is the
     retired native convention."""
-    group = np.zeros(n, dtype=np.int64)
-    if model is not None:
-        group += model.codes
+    # each row's (model, version) group, as its index among the groups present: every array
+    # here is in the narrowest type over its count (a 20M-row table held 24-32 B per row of
+    # int64 temporaries here)
+    card = (len(model.values) if model is not None else 1) * (len(version.values) + 1 if version is not None else 1)
+    key = model.codes.astype(narrowest_signed(0, card)) if model is not None else \
+        np.zeros(n, dtype=narrowest_signed(0, card))
     if version is not None:
-        group = group * (len(version.values) + 1) + version.codes
+        key *= len(version.values) + 1
+        key += version.codes
+    n_groups, group = _dense_codes(key)
+    del key
     heads, tp = integers[HEADS], integers[TP]
     stale = np.zeros(n, dtype=bool)
-    groups, group = factorize(group)
 
     def distinct_per_group(values: np.ndarray) -> np.ndarray:
-        # one column at a time, combined in place: a 20M-row table holds one int64 temporary
-        uniq, code = factorize(values)
-        combined = group * uniq.size
+        # one column at a time, combined in place
+        n_values, code = _dense_codes(values)
+        combined = group.astype(narrowest_signed(0, n_groups * n_values))
+        combined *= n_values
         combined += code
         del code
-        return np.bincount(unique_codes(combined) // uniq.size, minlength=groups.size)
+        return np.bincount(unique_codes(combined) // n_values, minlength=n_groups)
 
     tps_per_group = distinct_per_group(tp)
     heads_per_group = distinct_per_group(heads)
@@ -448,25 +726,34 @@ def stale_chain_rows(spec: TableSpec, categorical: dict[str, Categorical], integ
     per chain, which catches files mixing several natives' chains (each constant in heads)
     that the per-model fingerprint cannot see."""
     heads, tp = integers[HEADS], integers[TP]
+    # every per-row array but the combined key in the narrowest type over its count (a 20M-row
+    # table held an int64 code per key column here)
     codes: list[np.ndarray] = []
     cards: list[int] = []
     for name in spec.categorical:
         if name in categorical:
-            codes.append(categorical[name].codes.astype(np.int64))
+            codes.append(categorical[name].codes)
             cards.append(max(len(categorical[name].values), 1))
     for name in (*spec.discrete, *spec.axes):
         if name in integers and name not in (HEADS, TP):
-            uniq, inv = factorize(integers[name])
-            codes.append(inv)
-            cards.append(max(int(uniq.size), 1))
-    chain = combine(codes, cards, n) if codes else np.zeros(n, dtype=np.int64)
-    chains, chain = factorize(chain)
+            count, code = _dense_codes(integers[name])
+            codes.append(code)
+            cards.append(max(count, 1))
+    key = combine(codes, cards, n) if codes else np.zeros(n, dtype=np.int64)
+    del codes
+    n_chains, chain = _dense_codes(key)
+    del key
 
     def distinct_per_chain(values: np.ndarray) -> np.ndarray:
-        uniq, code = factorize(values)
-        return np.bincount(unique_codes(chain * uniq.size + code) // uniq.size, minlength=chains.size)
+        count, code = _dense_codes(values)
+        combined = chain.astype(narrowest_signed(0, n_chains * count))
+        combined *= count
+        combined += code
+        del code
+        return np.bincount(unique_codes(combined) // count, minlength=n_chains)
 
-    tps, heads_n, products = distinct_per_chain(tp), distinct_per_chain(heads), distinct_per_chain(heads * tp)
+    tps, heads_n = distinct_per_chain(tp), distinct_per_chain(heads)
+    products = distinct_per_chain(_product(heads, tp))
     stale = (tps >= 2) & (products > heads_n)
     return stale[chain]
 
@@ -514,7 +801,7 @@ def _native_contract(out: _Collector, model: Categorical, heads: np.ndarray, tp:
             "num_attention_heads of the model",
         )
     if local_heads is not None:
-        bad = known & (local_heads * tp != heads)
+        bad = known & (_product(local_heads, tp) != heads)
         if bad.any():
             _report_by_model(
                 out, E.RankLocalError, bad, model, local_heads, tp, native,

@@ -172,9 +172,14 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     digits = [*key_digits, *axis_digits]
     _fit(digits, _CODE_BITS - row_bits)
     key_digits, axis_digits = digits[:len(key_digits)], digits[len(key_digits):]
-    code, total, by_division = _mixed_radix([*key_digits, *axis_digits], n)
-    axis_space = _radix_total(axis_digits)  # where by_division, a code's key part is code // axis_space
-    order, sorted_codes, same = _key_order(code, total, n, latency, row_bits)
+    code, total, by_division = _mixed_radix(digits, n)
+    del digits
+    if by_division:  # a code's key part is code // axis_space
+        bucket_digits = _radix_total(axis_digits)
+        del key_digits, axis_digits
+    else:
+        bucket_digits = 0
+    order, same, bucket_change = _key_order(code, total, n, latency, row_bits, bucket_digits)
     del code
 
     duplicated = bool(same.any())
@@ -184,20 +189,17 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         starts = np.flatnonzero(new_point)
         sizes = np.diff(np.append(starts, n))
         point_rows = order[starts]
-        point_codes = sorted_codes[starts]
     else:  # every row its own point: the sorted rows are the points
         point_rows = order
-        point_codes = sorted_codes
     del same
     n_points = int(point_rows.size)
     if not n_points:
         bucket_starts = np.zeros(0, dtype=np.int64)
-    elif by_division:
-        bucket_code = point_codes if duplicated else sorted_codes  # the last use: divided in place
-        if axis_space > 1:
-            bucket_code //= axis_space
-        bucket_starts = np.flatnonzero(np.r_[True, bucket_code[1:] != bucket_code[:-1]])
-        del bucket_code
+    elif bucket_change is not None:  # the sorted rows where a bucket starts, as points
+        rows = np.flatnonzero(bucket_change)
+        rows += 1
+        bucket_starts = np.r_[0, np.searchsorted(starts, rows) if duplicated else rows]
+        del rows
     else:  # a bucket starts where any key column changes between neighbouring points
         change = np.zeros(n_points, dtype=bool)
         change[0] = True
@@ -205,7 +207,8 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
             values = d.values[point_rows]
             change[1:] |= values[1:] != values[:-1]
         bucket_starts = np.flatnonzero(change)
-    del sorted_codes, point_codes
+        del change, key_digits, axis_digits
+    del bucket_change
 
     spread = None
     if duplicated:
@@ -286,10 +289,20 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         model_native={m: c.native_heads for m, c in vt.configs.items()},
         model_geometry=dict(vt.geometry), rows_read=n, duplicates_merged=int(n - n_points),
         alias_duplicate_points=alias_points, agreement=agreement, missing_optional=vt.missing_optional,
-        natives_seen=tuple(int(v) for v in unique_codes(vt.native[vt.native > 0])) if vt.native is not None else (),
+        natives_seen=_natives_seen(vt.native),
         duplicate_spread=spread, recorded_versions=vt.recorded_versions, rows_stored=vt.stored_rows,
         bucket_columns=BucketColumns(column_codes, dict(zip(key_names, decoders))),
     )
+
+
+def _natives_seen(native: np.ndarray | None) -> tuple[int, ...]:
+    """The distinct native head counts recorded (positive: -1 marks a row without one)."""
+    from .codes import unique_codes
+
+    if native is None:
+        return ()
+    positive = native if not native.size or native.min() > 0 else native[native > 0]
+    return tuple(int(v) for v in unique_codes(positive))
 
 
 def _bucket_models(model_sorted: np.ndarray, names: list[str], bucket_rows: np.ndarray) -> list[tuple[str, ...]]:
@@ -298,10 +311,11 @@ def _bucket_models(model_sorted: np.ndarray, names: list[str], bucket_rows: np.n
     from .codes import unique_codes
 
     by_name = sorted(range(len(names)), key=names.__getitem__)  # code -> its place in name order
-    rank = np.empty(max(len(names), 1), dtype=np.int64)
-    rank[by_name] = np.arange(len(names), dtype=np.int64)
     radix = len(names) + 1
-    pair = np.repeat(np.arange(bucket_rows.size, dtype=np.int64) * radix, bucket_rows)
+    dtype = np.dtype(np.int32 if bucket_rows.size * radix < 2**31 else np.int64)  # a pair per row: narrow
+    rank = np.empty(max(len(names), 1), dtype=dtype)
+    rank[by_name] = np.arange(len(names), dtype=dtype)
+    pair: np.ndarray = np.repeat(np.arange(bucket_rows.size, dtype=dtype) * radix, bucket_rows)  # NEP 50: narrow
     pair += rank[model_sorted]
     pairs = unique_codes(pair, bucket_rows.size * radix)
     del pair
@@ -393,26 +407,27 @@ def _mixed_radix(digits: list[_Digit], n: int) -> tuple[np.ndarray, int, bool]:
 _CHUNK = 1 << 20
 
 
-def _key_order(code: np.ndarray, total: int, n: int, latency: np.ndarray,
-               row_bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _key_order(code: np.ndarray, total: int, n: int, latency: np.ndarray, row_bits: int,
+               bucket_digits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The rows in ascending order of their full key, rows sharing a key by ascending latency
-    and then by row (the lower-median rule reads them so); the sorted codes; and where a
-    sorted code equals the one before it. ``code`` is consumed. Where the codes and the row
-    numbers fit one int64 together, each code is tagged with its row and the tagged codes are
-    sorted in place (a stable order without a stable sort); else a stable argsort."""
+    and then by row (the lower-median rule reads them so); where a sorted code equals the one
+    before it; and, given the count of codes that share a key part (``bucket_digits`` > 0),
+    where the key part differs from the one before. ``code`` is consumed. Where the codes and
+    the row numbers fit one int64 together, each code is tagged with its row and the tagged
+    codes are sorted in place (a stable order without a stable sort); else a stable argsort.
+    Neighbours are compared a chunk at a time (no sorted copy of the codes beside the order)."""
     if (total - 1).bit_length() + row_bits <= 63:
         tagged = code
         tagged <<= row_bits
         for lo in range(0, n, _CHUNK):
             tagged[lo:lo + _CHUNK] |= np.arange(lo, min(n, lo + _CHUNK), dtype=np.int64)
         tagged.sort()
-        sorted_codes = tagged >> row_bits
+        same, bucket_change = _neighbours(tagged, row_bits, bucket_digits)
         tagged &= (1 << row_bits) - 1
         order = tagged
     else:
         order = np.argsort(code, kind="stable")
-        sorted_codes = code[order]
-    same = sorted_codes[1:] == sorted_codes[:-1]
+        same, bucket_change = _neighbours(code[order], 0, bucket_digits)
     if same.any():  # rows of a repeated key: by latency, then by row (a stable sort keeps the row order)
         inside = np.zeros(n, dtype=bool)
         inside[1:] |= same
@@ -422,7 +437,24 @@ def _key_order(code: np.ndarray, total: int, n: int, latency: np.ndarray,
         group = np.cumsum(np.r_[True, ~same])[at]
         rows = order[at]
         order[at] = rows[np.lexsort((latency[rows], group))]
-    return order, sorted_codes, same
+    return order, same, bucket_change
+
+
+def _neighbours(sorted_codes: np.ndarray, shift: int, bucket_digits: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Where each sorted code (``sorted_codes >> shift``) equals the one before it, and where
+    its key part (code // bucket_digits, if > 0) differs from the one before it."""
+    size = max(sorted_codes.size - 1, 0)
+    same = np.empty(size, dtype=bool)
+    change = np.empty(size, dtype=bool) if bucket_digits else None
+    for lo in range(0, size, _CHUNK):
+        hi = min(size, lo + _CHUNK)
+        part = sorted_codes[lo:hi + 1] >> shift if shift else sorted_codes[lo:hi + 1].copy()
+        np.equal(part[1:], part[:-1], out=same[lo:hi])
+        if change is not None:
+            if bucket_digits > 1:
+                part //= bucket_digits
+            np.not_equal(part[1:], part[:-1], out=change[lo:hi])
+    return same, change
 
 
 def narrowest_int(values: np.ndarray) -> np.ndarray:

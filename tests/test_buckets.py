@@ -272,3 +272,21 @@ def test_scaling_pairs_by_binary_search_are_the_ranked_ones(db):
             assert got.tobytes() == want.tobytes() and got.size, (slot, guard.name)
             checked += 1
     assert checked >= 2
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.uint64])
+def test_keying_is_the_same_whatever_integer_type_validation_hands_it(db, dtype):
+    """Validation hands keying int64 columns today; narrower or unsigned columns (a validated
+    table that holds them narrow) key the same table, axes in the same narrow types."""
+    import dataclasses
+
+    from modperf.buckets import build_buckets
+    from modperf.loader import load_one
+
+    for slot in KEYED_BY_EVERY_CODING[:3]:
+        vt = load_one(db.table(*slot).ref, db.queries.store.models).validated
+        want = _keyed_state(build_buckets(vt))
+        assert all(int(v.min()) >= 0 and int(v.max()) < 2**31 for v in vt.integers.values())
+        narrow = dataclasses.replace(vt, integers={k: v.astype(dtype) for k, v in vt.integers.items()},
+                                     native=None if vt.native is None else vt.native.astype(np.int64))
+        assert _keyed_state(build_buckets(narrow)) == want, (slot, dtype)

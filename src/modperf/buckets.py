@@ -167,7 +167,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     axis_digits = [_Digit.of_ints(c) for c in axis_cols]
     # axis values in the narrowest signed type that holds them (a database of every table holds
     # ~12M points: int64 axes were half its memory); consumers widen before arithmetic
-    axis_types = [_int_type(d.low, d.low + d.card - 1) for d in axis_digits]
+    axis_types = [_int_type(*d.bounds) for d in axis_digits]
     row_bits = max((n - 1).bit_length(), 1)
     digits = [*key_digits, *axis_digits]
     _fit(digits, _CODE_BITS - row_bits)
@@ -343,6 +343,8 @@ class _Digit:
     low: int
     card: int
     ranked: bool
+    #: The column's smallest and largest value (integer columns).
+    bounds: tuple[int, int] = (0, 0)
 
     @classmethod
     def of_codes(cls, codes: np.ndarray, card: int) -> _Digit:
@@ -353,13 +355,17 @@ class _Digit:
         if not values.size:
             return cls(values, 0, 1, True)
         low, high = int(values.min()), int(values.max())
-        return cls(values, low, high - low + 1, False)
+        if values.dtype == np.uint64:  # int64 + uint64 is float64 in numpy: the same values as int64, or ranks
+            if high >= 2**63:
+                return cls(values, low, high - low + 1, False, (low, high)).factorized()
+            values = values.view(np.int64)
+        return cls(values, low, high - low + 1, False, (low, high))
 
     def factorized(self) -> _Digit:
         from .codes import factorize
 
         uniq, codes = factorize(self.values)
-        return _Digit(codes, 0, max(int(uniq.size), 1), True)
+        return _Digit(codes, 0, max(int(uniq.size), 1), True, self.bounds)
 
 
 def _radix_total(digits: list[_Digit]) -> int:

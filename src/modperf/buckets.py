@@ -362,8 +362,21 @@ class _Digit:
         return cls(values, low, high - low + 1, False, (low, high))
 
     def factorized(self) -> _Digit:
-        from .codes import factorize
+        """The digit as the rank of each value among the column's (int32 ranks through a
+        presence table over a short span, whose bounds are known; else a hash)."""
+        from .codes import _DENSE_SPAN, factorize
 
+        low, high = self.bounds
+        span = high - low + 1
+        if not self.ranked and span <= max(self.values.size, _DENSE_SPAN) and span < 2**31:
+            # values - low lies in [0, span): exact in int32 (the subtraction wraps consistently)
+            shifted = np.subtract(self.values, self.values.dtype.type(low), dtype=np.int32, casting="unsafe")
+            present = np.zeros(span, dtype=bool)
+            present[shifted] = True
+            rank = np.cumsum(present, dtype=np.int32)
+            card = int(rank[-1])
+            rank -= 1
+            return _Digit(rank[shifted], 0, max(card, 1), True, self.bounds)
         uniq, codes = factorize(self.values)
         return _Digit(codes, 0, max(int(uniq.size), 1), True, self.bounds)
 
@@ -394,9 +407,9 @@ def _mixed_radix(digits: list[_Digit], n: int) -> tuple[np.ndarray, int, bool]:
     total = _radix_total(digits)
     used = [d for d in digits if d.card > 1]  # a digit of one value adds nothing
     if total < 1 << _RADIX_BITS:
-        code = np.zeros(n, dtype=np.int64)
-        offset = 0
-        for d in used:
+        code = used[0].values.astype(np.int64) if used else np.zeros(n, dtype=np.int64)
+        offset = used[0].low if used else 0
+        for d in used[1:]:
             code *= d.card  # in place: no temporary of n int64 per column
             code += d.values  # the digit's low is subtracted once, at the end (wrapping: exact)
             offset = offset * d.card + d.low

@@ -484,11 +484,14 @@ def narrowest_int(values: np.ndarray) -> np.ndarray:
     return values.astype(_int_type(int(values.min()), int(values.max())), copy=False)
 
 
+_SIGNED: tuple[tuple[type[np.signedinteger[Any]], int, int], ...] = tuple(
+    (t, int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int8, np.int16, np.int32))
+
+
 def _int_type(low: int, high: int) -> type[np.signedinteger[Any]]:
     """The narrowest signed integer type that holds every value in [low, high]."""
-    for dtype in (np.int8, np.int16, np.int32):
-        info = np.iinfo(dtype)
-        if info.min <= low and high <= info.max:
+    for dtype, smallest, largest in _SIGNED:
+        if smallest <= low and high <= largest:
             return dtype
     return np.int64
 

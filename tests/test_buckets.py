@@ -248,15 +248,11 @@ def test_keying_is_the_same_whichever_way_the_key_is_coded(db, fixtures: Path, m
     assert expected[-1][11] == 3_886  # the alias table's points measured under several names
 
 
-@pytest.mark.parametrize("direct", [0, 10**9])
-def test_scaling_pairs_by_binary_search_are_the_ranked_ones(db, monkeypatch, direct):
-    """Stored points ascend in key order, so a step's partner is found over (bucket, axis - min)
-    codes, by a binary search or a table over the code space; the ranked way (every value and
-    stepped value factorized, codes sorted) pairs the same points in the same order."""
-    import modperf.keyed_guards
+def test_scaling_pairs_by_binary_search_are_the_ranked_ones(db):
+    """Stored points ascend in key order, so a step's partner is found by a binary search over
+    (bucket, axis - min) codes; the ranked way (every value and stepped value factorized, codes
+    sorted) pairs the same points in the same order."""
     from modperf.families.base import Scaling
-
-    monkeypatch.setattr(modperf.keyed_guards, "_DIRECT_SPACE", direct)
     from modperf.keyed_guards import _bucket_targets, _point_bucket, _scaling_ratios_ranked, scaling_ratios
 
     checked = 0

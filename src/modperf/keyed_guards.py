@@ -129,27 +129,12 @@ def scaling_ratios(keyed: KeyedTable, guard: Scaling) -> np.ndarray | None:
     n = own.size
     if n > 1 and not bool((own[1:] > own[:-1]).all()):  # not in key order (never from build_buckets)
         return _scaling_ratios_ranked(keyed, guard, _point_bucket(keyed), target_bucket, where)
-    where, moved = where[inside], moved[inside]  # codes inside the (bucket, spans) space
-    space = max(keyed.n_buckets, 1)
-    for _, span in spans:
-        space *= span
-    if space <= _DIRECT_SPACE * n:  # a table of every code's point: one lookup each
-        point_of = np.full(space, -1, dtype=np.int64)
-        point_of[own] = np.arange(n, dtype=np.int64)
-        hit = point_of[moved]
-        del point_of
-        found = hit >= 0
-    else:
-        hit = np.minimum(np.searchsorted(own, moved), n - 1)
-        found = own[hit] == moved
+    where, moved = where[inside], moved[inside]
+    hit = np.minimum(np.searchsorted(own, moved), n - 1)
+    found = own[hit] == moved
     partner = hit[found]
     ok = keyed.latency[partner] > 0
     return keyed.latency[partner[ok]] / keyed.latency[where[found][ok]]
-
-
-#: Partners are looked up in a table over the code space where it is at most this many times the
-#: points (else by binary search).
-_DIRECT_SPACE = 4
 
 
 def _spans(keyed: KeyedTable, axes: tuple[str, ...]) -> list[tuple[int, int]] | None:

@@ -434,6 +434,38 @@ def print_table(rows: list[Any], args: argparse.Namespace, skipped: list[str], c
 
 
 
+def check_rows(args: argparse.Namespace, trees: list[tuple[str, str]], cache_dir: str) -> list[tuple[str, ...]]:
+    """The whole-corpus ``check`` beside the cheapest read of the same files (a process reading
+    every file with ``ParquetFile`` and dictionary strings), interleaved; CPU time (user +
+    system, workers included) beside the wall time."""
+    read = ("import sys, pyarrow.parquet as pq\nfrom modperf.catalog import Catalog\n"
+            "for r in Catalog.scan().files:\n"
+            "    if r.path.suffix == '.parquet':\n"
+            "        names = [f.name for f in pq.read_schema(r.path) if str(f.type) == 'string']\n"
+            "        pq.ParquetFile(r.path, read_dictionary=names).read()\n")
+    checks: dict[str, list[tuple[float, float, float, str]]] = {}
+    reads = []
+    for _ in range(args.runs if args.only_check else 2):
+        reads.append(spawn_cpu([sys.executable, "-c", read]))
+        for name, src in trees:
+            checks.setdefault(name, []).append(spawn_cpu([sys.executable, "-m", "modperf", "check", "--json"],
+                                                         env=env_for(src, cache_dir), ok=(0, 1)))
+    r = statistics.median(x[0] for x in reads)
+    r_cpu = statistics.median(x[2] for x in reads)
+
+    def chk(name: str) -> str:
+        c = statistics.median(x[0] for x in checks[name])
+        cpu = statistics.median(x[2] for x in checks[name])
+        return (f"{c:.2f} s ({min(x[0] for x in checks[name]):.2f}-{max(x[0] for x in checks[name]):.2f}), "
+                f"{max(x[1] for x in checks[name]):.0f} MiB ({c / r:.2f}x the read); CPU {cpu:.2f} s "
+                f"({cpu / r_cpu:.2f}x the read's)")
+
+    return [(f"whole-corpus check (cheapest read of the same files: {r:.2f} s "
+             f"({min(x[0] for x in reads):.2f}-{max(x[0] for x in reads):.2f}), CPU {r_cpu:.2f} s, "
+             f"{max(x[1] for x in reads):.0f} MiB)", "-", chk("modperf"), chk("before") if len(trees) > 1 else "-",
+             "-")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs of every process row")
@@ -446,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-warm", action="store_true", help="only the warm single query and query_many rows")
     parser.add_argument("--only-cold", action="store_true",
                         help="only the cold process and import rows (and the cheapest read of their files)")
+    parser.add_argument("--only-check", action="store_true",
+                        help="only the whole-corpus check row (--runs interleaved runs, CPU time beside)")
     parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
     args = parser.parse_args(argv)
 
@@ -469,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     trees = [("modperf", SRC)] + ([("before", str(Path(args.before).resolve()))] if args.before else [])
     if args.only_warm:
         return print_table(warm_rows(args, family_rows, trees, cache_dir, root), args, [], cache_dir)
+    if args.only_check:
+        return print_table(check_rows(args, trees, cache_dir), args, [], cache_dir)
     heads_tables = set(model_head_axis_tables())
     every: dict[str, tuple[modperf.TableRef, tuple[dict[str, Any], list[Any]]]] = {}
     skipped = []
@@ -567,27 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     rows += batch_rows(args, db, family_rows, trees, cache_dir)
 
     if not args.skip_check:
-        read = ("import sys, pyarrow.parquet as pq\nfrom modperf.catalog import Catalog\n"
-                "for r in Catalog.scan().files:\n"
-                "    if r.path.suffix == '.parquet':\n"
-                "        names = [f.name for f in pq.read_schema(r.path) if str(f.type) == 'string']\n"
-                "        pq.ParquetFile(r.path, read_dictionary=names).read()\n")
-        checks: dict[str, list[tuple[float, float, str]]] = {}
-        reads = []
-        for _ in range(2):
-            reads.append(spawn([sys.executable, "-c", read]))
-            for name, src in trees:
-                checks.setdefault(name, []).append(spawn([sys.executable, "-m", "modperf", "check", "--json"],
-                                                         env=env_for(src, cache_dir), ok=(0, 1)))
-        r = statistics.median(x[0] for x in reads)
-
-        def chk(name: str) -> str:
-            c = statistics.median(x[0] for x in checks[name])
-            return f"{c:.2f} s, {max(x[1] for x in checks[name]):.0f} MiB ({c / r:.2f}x the read)"
-
-        rows.append((f"whole-corpus check (cheapest read of the same files: {r:.2f} s, "
-                     f"{max(x[1] for x in reads):.0f} MiB)", "-", chk("modperf"),
-                     chk("before") if args.before else "-", "-"))
+        rows += check_rows(args, trees, cache_dir)
 
     if not args.skip_database:
         def database(src: str, cache: bool) -> str:

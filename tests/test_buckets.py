@@ -204,3 +204,89 @@ def test_scaling_ratios_over_narrow_axes_equal_the_int64_ones(db):
         narrow, widened = scaling_ratios(keyed, guard), scaling_ratios(wide, guard)
         assert narrow is not None and widened is not None and narrow.size >= guard.min_pairs
         assert np.array_equal(narrow, widened)
+
+
+def _keyed_state(keyed) -> list:
+    """Everything a keyed table holds that a query, the cache or check reads, arrays with their
+    types."""
+    def plain(v):  # bytes: a NaN spread equals itself
+        return (str(v.dtype), v.shape, v.tobytes()) if isinstance(v, np.ndarray) else v
+    cols = keyed.bucket_columns
+    return [keyed.key_names, keyed.bucket_keys, plain(keyed.offsets), {a: plain(v) for a, v in keyed.axes.items()},
+            plain(keyed.latency), plain(keyed.sources), keyed.bucket_models, plain(keyed.bucket_native),
+            plain(keyed.bucket_local), keyed.rows_read, keyed.duplicates_merged, keyed.alias_duplicate_points,
+            keyed.agreement, keyed.natives_seen,
+            None if keyed.duplicate_spread is None else plain(keyed.duplicate_spread),
+            {k: plain(v) for k, v in cols.codes.items()}, cols.values]
+
+
+KEYED_BY_EVERY_CODING = [
+    ("b300_sxm", "sglang", "0.5.14", "dsv4_csa_context_module"),  # keys measured up to six times
+    ("rtx_pro_6000_server", "trtllm", "1.3.0rc10", "wideep_moe"),  # columns too wide for one code as they are
+    ("b60", "vllm", "0.26.0", "moe"),
+    ("a100_sxm", "trtllm", "1.0.0", "context_mla"),  # natives agreeing at a local key
+    ("gb300", "vllm", "0.27.0", "mla_context_module"),  # the native keyed
+]
+
+
+@pytest.mark.parametrize(("code_bits", "radix_bits"), [(30, 62), (8, 62), (63, 8), (8, 8)])
+def test_keying_is_the_same_whichever_way_the_key_is_coded(db, fixtures: Path, monkeypatch, code_bits, radix_bits):
+    """The full key is one integer tagged with its row where both fit 63 bits (wide columns
+    ranked until they do), else sorted by a stable argsort, else (digits past 62 bits) each
+    row's rank among the distinct rows: real tables key the same every way, aliases included."""
+    import modperf.buckets as buckets
+    from modperf.loader import load_one
+
+    alias = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
+    refs = [db.table(*slot).ref for slot in KEYED_BY_EVERY_CODING] + [refs_for_paths([alias])[0]]
+    validated = [load_one(ref, db.queries.store.models).validated for ref in refs]
+    expected = [_keyed_state(buckets.build_buckets(vt)) for vt in validated]
+    monkeypatch.setattr(buckets, "_CODE_BITS", code_bits)
+    monkeypatch.setattr(buckets, "_RADIX_BITS", radix_bits)
+    for vt, want in zip(validated, expected):
+        assert _keyed_state(buckets.build_buckets(vt)) == want, vt.ref.label
+    assert expected[-1][11] == 3_886  # the alias table's points measured under several names
+
+
+def test_scaling_pairs_by_binary_search_are_the_ranked_ones(db):
+    """Stored points ascend in key order, so a step's partner is found by a binary search over
+    (bucket, axis - min) codes; the ranked way (every value and stepped value factorized, codes
+    sorted) pairs the same points in the same order."""
+    from modperf.families.base import Scaling
+    from modperf.keyed_guards import _bucket_targets, _point_bucket, _scaling_ratios_ranked, scaling_ratios
+
+    checked = 0
+    for slot in [("a100_sxm", "nccl", "2.27.3", "nccl"), ("h200_sxm", "sglang", "0.5.14", "moe"),
+                 ("b300_sxm", "sglang", "0.5.14", "dsv4_csa_context_module")]:
+        keyed = db.table(*slot)
+        for guard in (g for g in keyed.spec.guards if isinstance(g, Scaling)):
+            got = scaling_ratios(keyed, guard)
+            if got is None:
+                continue
+            targets, point_bucket = _bucket_targets(keyed, guard), _point_bucket(keyed)
+            base = (targets[point_bucket] >= 0) & (keyed.latency > 0)
+            for c, low in guard.at_least.items():
+                if c in keyed.axes:
+                    base &= keyed.axes[c] >= low
+            want = _scaling_ratios_ranked(keyed, guard, point_bucket, targets, np.flatnonzero(base))
+            assert got.tobytes() == want.tobytes() and got.size, (slot, guard.name)
+            checked += 1
+    assert checked >= 2
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.uint64])
+def test_keying_is_the_same_whatever_integer_type_validation_hands_it(db, dtype):
+    """Validation hands keying int64 columns today; narrower or unsigned columns (a validated
+    table that holds them narrow) key the same table, axes in the same narrow types."""
+    import dataclasses
+
+    from modperf.buckets import build_buckets
+    from modperf.loader import load_one
+
+    for slot in KEYED_BY_EVERY_CODING[:3]:
+        vt = load_one(db.table(*slot).ref, db.queries.store.models).validated
+        want = _keyed_state(build_buckets(vt))
+        assert all(int(v.min()) >= 0 and int(v.max()) < 2**31 for v in vt.integers.values())
+        narrow = dataclasses.replace(vt, integers={k: v.astype(dtype) for k, v in vt.integers.items()},
+                                     native=None if vt.native is None else vt.native.astype(np.int64))
+        assert _keyed_state(build_buckets(narrow)) == want, (slot, dtype)

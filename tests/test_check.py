@@ -222,3 +222,26 @@ def test_a_worker_that_dies_loses_no_file(fixtures: Path, monkeypatch):
     broken = check([str(fixtures)], workers=2, on_progress=lambda i, n, r: seen.append((i, n)))
     assert seen == [(i, 29) for i in range(1, 30)]
     assert broken.to_dict() | {"seconds": 0} == alone.to_dict() | {"seconds": 0}
+
+
+def test_checking_tables_that_unpivot_and_convert_units_never_imports_pandas():
+    """pyarrow's ``pa.array`` and ``pa.scalar`` import pandas to probe for it (0.2 s of CPU per
+    process, each worker of a forked check); validation builds its phase column and its unit
+    divisor from buffers instead. The DeepEP tables store dispatch and combine side by side, in
+    microseconds; their phases and latencies are the ones pyarrow's own conversions give."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, pyarrow as pa\n"
+        "from modperf.check import check\n"
+        "r = check(table='wideep_deepep_normal', workers=1)\n"
+        "r2 = check(table='wideep_deepep_ll', workers=1)\n"
+        "assert r.files and r2.files and all(f.ok for f in [*r.files, *r2.files]), r.failures + r2.failures\n"
+        "assert 'pandas' not in sys.modules\n"
+        "from modperf.conventions import _repeated\n"
+        "for text, n in (('dispatch', 5), ('', 3), ('combine', 0), ('é', 4)):\n"
+        "    assert _repeated(text, n).equals(pa.array([text] * n, pa.string()))\n"
+        "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

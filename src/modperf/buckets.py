@@ -14,6 +14,7 @@ actually measured, bit for bit.
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -94,10 +95,8 @@ class KeyedTable:
     #: Where the persisted cache keeps this table's grids: (cache folder, a digest of the
     #: table's entry identity); None when the table did not come from (or go to) the cache.
     cache_home: tuple[str, str] | None = field(default=None, repr=False, compare=False)
-    _index: dict[tuple[Any, ...], int] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        self._index = {k: i for i, k in enumerate(self.bucket_keys)}
+    #: Bucket key -> bucket, made on the first lookup (a check never looks one up).
+    _index: dict[tuple[Any, ...], int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_buckets(self) -> int:
@@ -123,7 +122,10 @@ class KeyedTable:
         return view
 
     def bucket_id(self, key: tuple[Any, ...]) -> int | None:
-        return self._index.get(key)
+        index = self._index
+        if index is None or (not index and self.bucket_keys):
+            index = self._index = {k: i for i, k in enumerate(self.bucket_keys)}
+        return index.get(key)
 
     def bucket(self, b: int) -> dict[str, Any]:
         """One bucket as plain data: its key, natives and models, and its points."""
@@ -139,167 +141,339 @@ class KeyedTable:
 
 
 def build_buckets(vt: ValidatedTable) -> KeyedTable:
-    from .codes import combine, factorize, unique_codes
+    from .codes import unique_codes
 
     family, spec, n = vt.family, vt.spec, vt.n_rows
     cat_names = vt.present(spec.categorical)
     disc_names = vt.present(spec.discrete)
     keys_native = family.tier is Tier.NATIVE_LOCAL
     key_names: tuple[str, ...] = (*cat_names, *disc_names, *((NATIVE,) if keys_native else ()), *spec.heads)
-
-    # per key column: codes, cardinality and decoder. (Memory: a 20M-row table is 160 MB per
-    # int64 column, so codes stay in the narrowest type that holds them and every working array
-    # is dropped as soon as it is used; bench/bigtable.py measures the peak.)
-    codes: list[np.ndarray] = []
-    cards: list[int] = []
-    decoders: list[Any] = []
-    for name in cat_names:
-        c = vt.categorical[name]
-        codes.append(c.codes)
-        cards.append(len(c.values))
-        decoders.append(c.values)
     int_cols = [*disc_names, *((NATIVE,) if keys_native else ()), *spec.heads]
+    key_cols: list[np.ndarray] = [vt.categorical[name].codes for name in cat_names]
     for name in int_cols:
         col = vt.native if name == NATIVE else vt.integers[name]
         assert col is not None
-        uniq, inv = factorize(col)
-        codes.append(_narrow(inv, uniq.size))
-        del inv
-        cards.append(int(uniq.size))
-        decoders.append([int(u) for u in uniq])
-    bucket_code = combine(codes, cards, n) if codes else np.zeros(n, dtype=np.int64)
-
+        key_cols.append(col)
+    axis_cols = [vt.integers[axis] for axis in spec.axes]
     latency = vt.latency
-    # sort: bucket, then axes in order, then latency (so duplicates sit ascending). The full key
-    # is one mixed-radix integer, so two stable argsorts replace a many-key lexsort.
-    axis_cards = [int(bucket_code.max()) + 1 if n else 1]
-    axis_codes = []
-    for axis in spec.axes:
-        uniq, inv = factorize(vt.integers[axis])
-        axis_codes.append(_narrow(inv, uniq.size))
-        del inv
-        axis_cards.append(int(uniq.size))
-    full_code = combine([bucket_code, *axis_codes], axis_cards, n)
-    del axis_codes
-    order = _key_order(full_code, axis_cards, n, latency)
-    del full_code
-    b_sorted = bucket_code[order]
-    del bucket_code
+
+    # The full key (every key column, then every axis) as one integer per row whose order is the
+    # key's order, sorted once: rows sharing it become one point, points sharing its key part
+    # one bucket. (Memory: a 20M-row table is 160 MB per int64 array, so the code is sorted in
+    # place and every working array is dropped as soon as it is used; bench/bigtable.py
+    # measures the peak.)
+    key_digits = [_Digit.of_codes(c, len(vt.categorical[name].values)) for c, name in zip(key_cols, cat_names)]
+    key_digits += [_Digit.of_ints(c) for c in key_cols[len(cat_names):]]
+    axis_digits = [_Digit.of_ints(c) for c in axis_cols]
     # axis values in the narrowest signed type that holds them (a database of every table holds
     # ~12M points: int64 axes were half its memory); consumers widen before arithmetic
-    ax_sorted = [narrowest_int(vt.integers[axis])[order] for axis in spec.axes]
-    lat_sorted = latency[order]
-
-    new_point = np.ones(n, dtype=bool)
-    if n > 1:
-        same = b_sorted[1:] == b_sorted[:-1]
-        for col in ax_sorted:
-            same &= col[1:] == col[:-1]
-        new_point[1:] = ~same
-        del same
-    starts = np.flatnonzero(new_point)
-    sizes = np.diff(np.append(starts, n))
-    if starts.size == n:  # every row its own point (no duplicates): the sorted arrays are the points
-        point_bucket = b_sorted
-        point_latency = lat_sorted
-        point_axes = dict(zip(spec.axes, ax_sorted))
+    axis_types = [_int_type(*d.bounds) for d in axis_digits]
+    row_bits = max((n - 1).bit_length(), 1)
+    digits = [*key_digits, *axis_digits]
+    _fit(digits, _CODE_BITS - row_bits)
+    key_digits, axis_digits = digits[:len(key_digits)], digits[len(key_digits):]
+    code, total, by_division = _mixed_radix(digits, n)
+    del digits
+    if by_division:  # a code's key part is code // axis_space
+        bucket_digits = _radix_total(axis_digits)
+        del key_digits, axis_digits
     else:
-        pick = starts + (sizes - 1) // 2  # lower median: latencies are ascending inside a group
-        point_bucket = b_sorted[starts]
-        point_latency = lat_sorted[pick]
-        del pick
-        point_axes = {name: a[starts] for name, a in zip(spec.axes, ax_sorted)}
-    del b_sorted, ax_sorted
+        bucket_digits = 0
+    order, same, bucket_change = _key_order(code, total, n, latency, row_bits, bucket_digits)
+    del code
+
+    duplicated = bool(same.any())
+    if duplicated:
+        new_point = np.ones(n, dtype=bool)
+        np.logical_not(same, out=new_point[1:])
+        starts = np.flatnonzero(new_point)
+        sizes = np.diff(np.append(starts, n))
+        point_rows = order[starts]
+    else:  # every row its own point: the sorted rows are the points
+        point_rows = order
+    del same
+    n_points = int(point_rows.size)
+    if not n_points:
+        bucket_starts = np.zeros(0, dtype=np.int64)
+    elif bucket_change is not None:  # the sorted rows where a bucket starts, as points
+        rows = np.flatnonzero(bucket_change)
+        rows += 1
+        bucket_starts = np.r_[0, np.searchsorted(starts, rows) if duplicated else rows]
+        del rows
+    else:  # a bucket starts where any key column changes between neighbouring points
+        change = np.zeros(n_points, dtype=bool)
+        change[0] = True
+        for d in key_digits:
+            values = d.values[point_rows]
+            change[1:] |= values[1:] != values[:-1]
+        bucket_starts = np.flatnonzero(change)
+        del change, key_digits, axis_digits
+    del bucket_change
+
     spread = None
-    if (sizes > 1).any():
-        lo, hi = lat_sorted[starts], lat_sorted[starts + sizes - 1]
+    if duplicated:
+        pick = starts + (sizes - 1) // 2  # lower median: latencies are ascending inside a group
+        point_latency = latency[order[pick]]
+        del pick
+        # axis values in the narrowest signed type that holds them (a database of every table
+        # holds ~12M points: int64 axes were half its memory); consumers widen before arithmetic
+        point_axes = {axis: col[point_rows].astype(t, copy=False)
+                      for axis, col, t in zip(spec.axes, axis_cols, axis_types)}
+        lo, hi = latency[point_rows], latency[order[starts + sizes - 1]]
         with np.errstate(divide="ignore", invalid="ignore"):
             spread = np.where((sizes > 1) & (lo > 0), hi / lo - 1.0, np.nan)
         del lo, hi
+    else:
+        point_latency = latency[order]
+        point_axes = {axis: col.astype(t, copy=False)[order]
+                      for axis, col, t in zip(spec.axes, axis_cols, axis_types)}
 
     # alias duplicates: points measured under more than one model name
     alias_points = 0
-    point_of_row = np.cumsum(new_point) - 1
-    if vt.model is not None and (sizes > 1).any():
+    point_of_row = np.cumsum(new_point) - 1 if duplicated else np.zeros(0, dtype=np.int64)
+    if duplicated:
+        del new_point
+    if vt.model is not None and duplicated:
         m_sorted = vt.model.codes[order].astype(np.int64)
         pairs = unique_codes(point_of_row * (len(vt.model.values) + 1) + m_sorted)
-        names_per_point = np.bincount(pairs // (len(vt.model.values) + 1), minlength=starts.size)
+        names_per_point = np.bincount(pairs // (len(vt.model.values) + 1), minlength=n_points)
         alias_points = int((names_per_point > 1).sum())
 
     agreement = None
     if family.tier is Tier.LOCAL and vt.native is not None:
-        agreement = _agreement(point_of_row, vt.native[order], lat_sorted, starts.size)
+        agreement = _agreement(point_of_row if duplicated else np.arange(n, dtype=np.int64), vt.native[order],
+                               latency[order], n_points)
+    del point_of_row
 
     # buckets
-    bucket_starts = (np.flatnonzero(np.r_[True, point_bucket[1:] != point_bucket[:-1]]) if starts.size
-                     else np.array([], dtype=np.int64))
-    offsets = np.append(bucket_starts, starts.size).astype(np.int64)
-    first_rows = order[starts[bucket_starts]] if starts.size else np.array([], dtype=np.int64)
-    bucket_keys: list[tuple[Any, ...]] = []
+    offsets = np.append(bucket_starts, n_points).astype(np.int64)
+    nb = int(bucket_starts.size)
+    first_rows = point_rows[bucket_starts]
+    decoders: list[Any] = []
     decoded_cols: list[list[Any]] = []
     column_codes: dict[str, np.ndarray] = {}
-    for name, code_col, dec in zip(key_names, codes, decoders):
-        bucket_code_col = code_col[first_rows].astype(np.int64)
+    for i, (name, col) in enumerate(zip(key_names, key_cols)):
+        if i < len(cat_names):
+            dec: list[Any] = vt.categorical[name].values
+            bucket_code_col = col[first_rows].astype(np.int64)
+        else:  # every value of a key column is some bucket's: the buckets' values are the column's
+            values = np.sort(col[first_rows])
+            uniq = values[np.r_[True, values[1:] != values[:-1]]] if values.size else values
+            bucket_code_col = np.searchsorted(uniq, col[first_rows]).astype(np.int64, copy=False)
+            dec = uniq.tolist()
+        decoders.append(dec)
         column_codes[name] = bucket_code_col
         decoded_cols.append(np.asarray(dec, dtype=object)[bucket_code_col].tolist() if len(dec) else [])
-    bucket_keys = list(zip(*decoded_cols)) if decoded_cols else [()] * len(first_rows)
+    bucket_keys: list[tuple[Any, ...]] = list(zip(*decoded_cols)) if decoded_cols else [()] * nb
 
     if keys_native or family.tier is Tier.NATIVE:
-        bucket_native = (vt.native if vt.native is not None else np.full(n, -1))[first_rows]
+        bucket_native = vt.native[first_rows] if vt.native is not None else np.full(nb, -1, dtype=np.int64)
     else:
-        bucket_native = np.full(len(first_rows), -1, dtype=np.int64)
-    bucket_local = vt.integers[HEADS][first_rows] if spec.head_axis else np.full(len(first_rows), -1)
+        bucket_native = np.full(nb, -1, dtype=np.int64)
+    bucket_local = vt.integers[HEADS][first_rows] if spec.head_axis else np.full(nb, -1)
 
     bucket_models: list[tuple[str, ...]]
-    if vt.model is not None:
-        row_bucket = np.repeat(np.arange(len(first_rows)), np.diff(offsets))[point_of_row]
-        row_bucket *= len(vt.model.values) + 1  # (in place: a 20M-row table has no room for temporaries)
-        row_bucket += vt.model.codes[order]
-        pairs = unique_codes(row_bucket)
-        del row_bucket
-        per_bucket: list[list[str]] = [[] for _ in range(len(first_rows))]
-        for p in pairs:
-            per_bucket[int(p // (len(vt.model.values) + 1))].append(
-                vt.model.values[int(p % (len(vt.model.values) + 1))])
-        bucket_models = [tuple(sorted(ms)) for ms in per_bucket]
+    if vt.model is not None and nb:
+        bucket_first_row = starts[bucket_starts] if duplicated else bucket_starts  # in sorted rows
+        bucket_models = _bucket_models(vt.model.codes[order], vt.model.values,
+                                       np.diff(np.append(bucket_first_row, n)))
     else:
-        bucket_models = [()] * len(first_rows)
+        bucket_models = [()] * nb
 
     return KeyedTable(
         ref=vt.ref, family=family, spec=spec, key_names=key_names, bucket_keys=bucket_keys,
-        offsets=offsets, axes=point_axes, latency=point_latency, sources=_count_type(sizes),
+        offsets=offsets, axes=point_axes, latency=point_latency,
+        sources=_count_type(sizes) if duplicated else np.ones(n, dtype=np.uint8),
         bucket_models=bucket_models, bucket_native=np.asarray(bucket_native, dtype=np.int64),
         bucket_local=np.asarray(bucket_local, dtype=np.int64),
         model_native={m: c.native_heads for m, c in vt.configs.items()},
-        model_geometry=dict(vt.geometry), rows_read=n, duplicates_merged=int(n - starts.size),
+        model_geometry=dict(vt.geometry), rows_read=n, duplicates_merged=int(n - n_points),
         alias_duplicate_points=alias_points, agreement=agreement, missing_optional=vt.missing_optional,
-        natives_seen=tuple(int(v) for v in unique_codes(vt.native[vt.native > 0])) if vt.native is not None else (),
+        natives_seen=_natives_seen(vt.native),
         duplicate_spread=spread, recorded_versions=vt.recorded_versions, rows_stored=vt.stored_rows,
         bucket_columns=BucketColumns(column_codes, dict(zip(key_names, decoders))),
     )
 
 
-def _key_order(full_code: np.ndarray, cards: list[int], n: int, latency: np.ndarray) -> np.ndarray:
-    """The rows in ascending order of their full key, rows sharing a key by ascending latency
-    (the lower-median rule reads them so). Where the key space is at most twice the rows and
-    no key repeats, a table of slots over it sorts in one pass (the count of filled slots says
-    whether a key repeats); else a stable argsort, and a lexsort where keys repeat."""
+def _natives_seen(native: np.ndarray | None) -> tuple[int, ...]:
+    """The distinct native head counts recorded (positive: -1 marks a row without one)."""
+    from .codes import unique_codes
+
+    if native is None:
+        return ()
+    positive = native if not native.size or native.min() > 0 else native[native > 0]
+    return tuple(int(v) for v in unique_codes(positive))
+
+
+def _bucket_models(model_sorted: np.ndarray, names: list[str], bucket_rows: np.ndarray) -> list[tuple[str, ...]]:
+    """Per bucket, the sorted names of the models that measured it: ``model_sorted`` is each
+    sorted row's model code, ``bucket_rows`` each bucket's count of (consecutive) rows."""
+    from .codes import unique_codes
+
+    by_name = sorted(range(len(names)), key=names.__getitem__)  # code -> its place in name order
+    radix = len(names) + 1
+    dtype = np.dtype(np.int32 if bucket_rows.size * radix < 2**31 else np.int64)  # a pair per row: narrow
+    rank = np.empty(max(len(names), 1), dtype=dtype)
+    rank[by_name] = np.arange(len(names), dtype=dtype)
+    pair: np.ndarray = np.repeat(np.arange(bucket_rows.size, dtype=dtype) * radix, bucket_rows)  # NEP 50: narrow
+    pair += rank[model_sorted]
+    pairs = unique_codes(pair, bucket_rows.size * radix)
+    del pair
+    ordered = [names[i] for i in by_name]
+    named = [ordered[r] for r in (pairs % radix).tolist()]
+    if len(named) == bucket_rows.size:  # one model a bucket
+        return [(m,) for m in named]
+    bounds = np.searchsorted(pairs, np.arange(bucket_rows.size + 1, dtype=np.int64) * radix).tolist()
+    return [tuple(named[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+#: Keys are coded into one int64 with the row number beside them where they fit in this many bits.
+_CODE_BITS = 63
+#: A mixed-radix key code is one int64 where its digits span fewer values than 2 ** this.
+_RADIX_BITS = 62
+
+
+@dataclass
+class _Digit:
+    """One key column as a digit of the full key: its values, the smallest (subtracted), the
+    count of values the digit spans, and whether those are ranks (codes, or a column
+    factorized: card distinct values) rather than integers spanning max - min + 1."""
+
+    values: np.ndarray
+    low: int
+    card: int
+    ranked: bool
+    #: The column's smallest and largest value (integer columns).
+    bounds: tuple[int, int] = (0, 0)
+
+    @classmethod
+    def of_codes(cls, codes: np.ndarray, card: int) -> _Digit:
+        return cls(codes, 0, max(card, 1), True)
+
+    @classmethod
+    def of_ints(cls, values: np.ndarray) -> _Digit:
+        if not values.size:
+            return cls(values, 0, 1, True)
+        low, high = int(values.min()), int(values.max())
+        if values.dtype == np.uint64:  # int64 + uint64 is float64 in numpy: the same values as int64, or ranks
+            if high >= 2**63:
+                return cls(values, low, high - low + 1, False, (low, high)).factorized()
+            values = values.view(np.int64)
+        return cls(values, low, high - low + 1, False, (low, high))
+
+    def factorized(self) -> _Digit:
+        """The digit as the rank of each value among the column's (int32 ranks through a
+        presence table over a short span, whose bounds are known; else a hash)."""
+        from .codes import _DENSE_SPAN, factorize
+
+        low, high = self.bounds
+        span = high - low + 1
+        if not self.ranked and span <= max(self.values.size, _DENSE_SPAN) and span < 2**31:
+            # values - low lies in [0, span): exact in int32 (the subtraction wraps consistently)
+            shifted = np.subtract(self.values, self.values.dtype.type(low), dtype=np.int32, casting="unsafe")
+            present = np.zeros(span, dtype=bool)
+            present[shifted] = True
+            rank = np.cumsum(present, dtype=np.int32)
+            card = int(rank[-1])
+            rank -= 1
+            return _Digit(rank[shifted], 0, max(card, 1), True, self.bounds)
+        uniq, codes = factorize(self.values)
+        return _Digit(codes, 0, max(int(uniq.size), 1), True, self.bounds)
+
+
+def _radix_total(digits: list[_Digit]) -> int:
     total = 1
-    for c in cards:
-        total *= max(c, 1)
-    if n > 1 and total <= 2 * n and total < 2**31:
-        slot = np.full(total, -1, dtype=np.int32)
-        slot[full_code] = np.arange(n, dtype=np.int32)
-        filled = slot[slot >= 0]
-        del slot
-        if filled.size == n:  # every key once: the filled slots, in key order, are the rows
-            return filled.astype(np.intp)
-        return np.lexsort((latency, full_code))
-    order = np.argsort(full_code, kind="stable")  # files are often written in key order
-    code_sorted = full_code[order]
-    duplicated = n > 1 and bool((code_sorted[1:] == code_sorted[:-1]).any())
-    del code_sorted
-    return np.lexsort((latency, full_code)) if duplicated else order
+    for d in digits:
+        total *= d.card
+    return total
+
+
+def _fit(digits: list[_Digit], bits: int) -> None:
+    """Where the digits span more than ``bits`` bits together, replace the widest integer
+    digits by their ranks (a factorization keeps their order) until they fit or none is left.
+    Most key columns span few values (head counts, tp, batch sizes): they go as they are."""
+    while _radix_total(digits) > 1 << max(bits, 0):
+        wide = [i for i, d in enumerate(digits) if not d.ranked]
+        if not wide:
+            return
+        i = max(wide, key=lambda k: digits[k].card)
+        digits[i] = digits[i].factorized()
+
+
+def _mixed_radix(digits: list[_Digit], n: int) -> tuple[np.ndarray, int, bool]:
+    """One int64 code per row whose order is the digits' lexicographic order, the count of
+    codes it can take, and whether it is the digits' mixed-radix number (where that fits in 62
+    bits; else each row's rank among the distinct rows, by np.unique)."""
+    total = _radix_total(digits)
+    used = [d for d in digits if d.card > 1]  # a digit of one value adds nothing
+    if total < 1 << _RADIX_BITS:
+        code = used[0].values.astype(np.int64) if used else np.zeros(n, dtype=np.int64)
+        offset = used[0].low if used else 0
+        for d in used[1:]:
+            code *= d.card  # in place: no temporary of n int64 per column
+            code += d.values  # the digit's low is subtracted once, at the end (wrapping: exact)
+            offset = offset * d.card + d.low
+        offset = (offset + (1 << 63)) % (1 << 64) - (1 << 63)
+        if offset:
+            code -= np.int64(offset)
+        return code, total, True
+    uniq, inverse = np.unique(np.stack([d.values.astype(np.int64) for d in used], axis=1), axis=0,
+                              return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64), max(int(uniq.shape[0]), 1), False
+
+
+#: Rows are tagged with their number this many at a time (a bounded temporary).
+_CHUNK = 1 << 20
+
+
+def _key_order(code: np.ndarray, total: int, n: int, latency: np.ndarray, row_bits: int,
+               bucket_digits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The rows in ascending order of their full key, rows sharing a key by ascending latency
+    and then by row (the lower-median rule reads them so); where a sorted code equals the one
+    before it; and, given the count of codes that share a key part (``bucket_digits`` > 0),
+    where the key part differs from the one before. ``code`` is consumed. Where the codes and
+    the row numbers fit one int64 together, each code is tagged with its row and the tagged
+    codes are sorted in place (a stable order without a stable sort); else a stable argsort.
+    Neighbours are compared a chunk at a time (no sorted copy of the codes beside the order)."""
+    if (total - 1).bit_length() + row_bits <= 63:
+        tagged = code
+        tagged <<= row_bits
+        for lo in range(0, n, _CHUNK):
+            tagged[lo:lo + _CHUNK] |= np.arange(lo, min(n, lo + _CHUNK), dtype=np.int64)
+        tagged.sort()
+        same, bucket_change = _neighbours(tagged, row_bits, bucket_digits)
+        tagged &= (1 << row_bits) - 1
+        order = tagged
+    else:
+        order = np.argsort(code, kind="stable")
+        same, bucket_change = _neighbours(code[order], 0, bucket_digits)
+    if same.any():  # rows of a repeated key: by latency, then by row (a stable sort keeps the row order)
+        inside = np.zeros(n, dtype=bool)
+        inside[1:] |= same
+        inside[:-1] |= same
+        at = np.flatnonzero(inside)
+        del inside
+        group = np.cumsum(np.r_[True, ~same])[at]
+        rows = order[at]
+        order[at] = rows[np.lexsort((latency[rows], group))]
+    return order, same, bucket_change
+
+
+def _neighbours(sorted_codes: np.ndarray, shift: int, bucket_digits: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Where each sorted code (``sorted_codes >> shift``) equals the one before it, and where
+    its key part (code // bucket_digits, if > 0) differs from the one before it."""
+    size = max(sorted_codes.size - 1, 0)
+    same = np.empty(size, dtype=bool)
+    change = np.empty(size, dtype=bool) if bucket_digits else None
+    for lo in range(0, size, _CHUNK):
+        hi = min(size, lo + _CHUNK)
+        part = sorted_codes[lo:hi + 1] >> shift if shift else sorted_codes[lo:hi + 1].copy()
+        np.equal(part[1:], part[:-1], out=same[lo:hi])
+        if change is not None:
+            if bucket_digits > 1:
+                part //= bucket_digits
+            np.not_equal(part[1:], part[:-1], out=change[lo:hi])
+    return same, change
 
 
 def narrowest_int(values: np.ndarray) -> np.ndarray:
@@ -307,12 +481,19 @@ def narrowest_int(values: np.ndarray) -> np.ndarray:
     itself when it is already that narrow)."""
     if not values.size:
         return values.astype(np.int8)
-    low, high = int(values.min()), int(values.max())
-    for dtype in (np.int8, np.int16, np.int32):
-        info = np.iinfo(dtype)
-        if info.min <= low and high <= info.max:
-            return values.astype(dtype, copy=False)
-    return values.astype(np.int64, copy=False)
+    return values.astype(_int_type(int(values.min()), int(values.max())), copy=False)
+
+
+_SIGNED: tuple[tuple[type[np.signedinteger[Any]], int, int], ...] = tuple(
+    (t, int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int8, np.int16, np.int32))
+
+
+def _int_type(low: int, high: int) -> type[np.signedinteger[Any]]:
+    """The narrowest signed integer type that holds every value in [low, high]."""
+    for dtype, smallest, largest in _SIGNED:
+        if smallest <= low and high <= largest:
+            return dtype
+    return np.int64
 
 
 def _count_type(counts: np.ndarray) -> np.ndarray:
@@ -323,14 +504,6 @@ def _count_type(counts: np.ndarray) -> np.ndarray:
         if high <= np.iinfo(dtype).max:
             return counts.astype(dtype)
     return counts.astype(np.uint64)
-
-
-def _narrow(codes: np.ndarray, card: int) -> np.ndarray:
-    """Codes below ``card`` in the narrowest signed type that holds them (the same values)."""
-    for dtype in (np.int8, np.int16, np.int32):
-        if card <= np.iinfo(dtype).max:
-            return codes.astype(dtype)
-    return codes
 
 
 def _agreement(point_of_row: np.ndarray, native_sorted: np.ndarray, lat_sorted: np.ndarray,

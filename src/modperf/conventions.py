@@ -105,7 +105,10 @@ def as_declared(table: pa.Table, spec: TableSpec, ref: TableRef
     divisor = UNIT_DIVISOR[spec.latency.unit]
     if divisor != 1.0 and LATENCY in table.column_names and pa.types.is_floating(table.column(LATENCY).type):
         i = table.column_names.index(LATENCY)
-        table = table.set_column(i, LATENCY, pc.divide(table.column(LATENCY), divisor))
+        # the divisor as an arrow scalar taken from an array: a Python float would be converted
+        # by pa.scalar, which probes for pandas (imports it: 0.2 s of CPU, see _repeated)
+        scalar = from_numpy(np.array([divisor], dtype=np.float64))[0]
+        table = table.set_column(i, LATENCY, pc.divide(table.column(LATENCY), scalar))
 
     for derived in spec.derived:
         missing = [c for c in derived.sources if c not in table.column_names]
@@ -146,6 +149,18 @@ def as_declared(table: pa.Table, spec: TableSpec, ref: TableRef
     return table, row_map, failures
 
 
+def _repeated(text: str, n: int) -> pa.Array:
+    """A string array of ``n`` copies of ``text``, built from its buffers: ``pa.array`` and
+    ``pa.scalar`` probe for pandas, which imports it (0.2 s of CPU in every process that
+    unpivots a table, each worker of a forked check included)."""
+    data = text.encode()
+    if n * len(data) >= 2**31:  # past 32-bit offsets
+        return pa.array([text] * n, pa.string())
+    offsets = np.arange(n + 1, dtype=np.int32)
+    offsets *= len(data)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+
+
 def _unpivot(table: pa.Table, spec: TableSpec) -> tuple[pa.Table, np.ndarray]:
     assert spec.unpivot is not None
     sources = set(spec.unpivot.sources)
@@ -153,7 +168,7 @@ def _unpivot(table: pa.Table, spec: TableSpec) -> tuple[pa.Table, np.ndarray]:
     parts = []
     for phase, columns in spec.unpivot.phases.items():
         part = table.select(kept)
-        part = part.append_column(spec.unpivot.key, pa.array([phase] * table.num_rows, pa.string()))
+        part = part.append_column(spec.unpivot.key, _repeated(phase, table.num_rows))
         for name, summed in columns.items():
             value = table.column(summed[0])
             for other in summed[1:]:

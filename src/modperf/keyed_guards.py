@@ -85,7 +85,8 @@ def _bucket_targets(keyed: KeyedTable, guard: Scaling) -> np.ndarray | None:
 
 def scaling_ratios(keyed: KeyedTable, guard: Scaling) -> np.ndarray | None:
     """Latency ratios (stepped point / base point) over every pair of stored points whose keys
-    differ by the guard's step; None when the table does not key the step's columns."""
+    differ by the guard's step, in the base points' order; None when the table does not key
+    the step's columns."""
     names = keyed.key_names
     axes = keyed.spec.axes
     if not all(c in names or c in axes for c in guard.step):
@@ -94,11 +95,67 @@ def scaling_ratios(keyed: KeyedTable, guard: Scaling) -> np.ndarray | None:
     if target_bucket is None:
         return None
     point_bucket = _point_bucket(keyed)
-    n = keyed.n_points
-    base = (target_bucket[point_bucket] >= 0) & (keyed.latency > 0)
+    moved_bucket = target_bucket[point_bucket]
+    base = (moved_bucket >= 0) & (keyed.latency > 0)
     for c, low in guard.at_least.items():
         if c in keyed.axes:
             base &= keyed.axes[c] >= low
+    where = np.flatnonzero(base)
+    del base
+    if not where.size:
+        return np.zeros(0)
+    spans = _spans(keyed, axes)
+    if spans is None:
+        return _scaling_ratios_ranked(keyed, guard, point_bucket, target_bucket, where)
+    # Points are stored in key order (bucket, then each axis ascending), so their codes in the
+    # mixed radix of (bucket, each axis's value - its smallest) ascend: a step's partner is a
+    # binary search away, with no sort. A stepped value outside an axis's range has none.
+    own = point_bucket
+    moved = moved_bucket[where]
+    inside = np.ones(where.size, dtype=bool)
+    for a, (low, span) in zip(axes, spans):
+        values = keyed.axes[a]
+        own *= span
+        own += values
+        own -= low
+        stepped = values[where].astype(np.int64)  # stored narrow: the step's product must not wrap
+        factor = guard.step.get(a)
+        if isinstance(factor, int):
+            stepped *= factor
+            inside &= (stepped >= low) & (stepped < low + span)
+        moved *= span
+        moved += stepped
+        moved -= low
+    n = own.size
+    if n > 1 and not bool((own[1:] > own[:-1]).all()):  # not in key order (never from build_buckets)
+        return _scaling_ratios_ranked(keyed, guard, _point_bucket(keyed), target_bucket, where)
+    where, moved = where[inside], moved[inside]
+    hit = np.minimum(np.searchsorted(own, moved), n - 1)
+    found = own[hit] == moved
+    partner = hit[found]
+    ok = keyed.latency[partner] > 0
+    return keyed.latency[partner[ok]] / keyed.latency[where[found][ok]]
+
+
+def _spans(keyed: KeyedTable, axes: tuple[str, ...]) -> list[tuple[int, int]] | None:
+    """Per axis, its smallest value and the count of values from it to its largest; None where
+    buckets x spans pass 62 bits."""
+    total = max(keyed.n_buckets, 1)
+    out = []
+    for a in axes:
+        values = keyed.axes[a]
+        low, high = (int(values.min()), int(values.max())) if values.size else (0, 0)
+        out.append((low, high - low + 1))
+        total *= high - low + 1
+    return out if total < 1 << 62 else None
+
+
+def _scaling_ratios_ranked(keyed: KeyedTable, guard: Scaling, point_bucket: np.ndarray, target_bucket: np.ndarray,
+                           where: np.ndarray) -> np.ndarray:
+    """:func:`scaling_ratios` for any table: every axis value (and stepped value) ranked among
+    both, the points' codes sorted."""
+    axes = keyed.spec.axes
+    n = keyed.n_points
     # points: (bucket, axis values) -> one code; the target's code in the same space
     own_codes: list[np.ndarray] = [point_bucket]
     target_codes: list[np.ndarray] = [np.maximum(target_bucket[point_bucket], 0)]
@@ -115,9 +172,6 @@ def scaling_ratios(keyed: KeyedTable, guard: Scaling) -> np.ndarray | None:
     own, target = both[:n], both[n:]
     order = np.argsort(own, kind="stable")
     sorted_own = own[order]
-    where = np.flatnonzero(base)
-    if not where.size:
-        return np.zeros(0)
     hit = np.minimum(np.searchsorted(sorted_own, target[where]), n - 1)
     found = sorted_own[hit] == target[where]
     partner = order[hit[found]]

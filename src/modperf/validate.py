@@ -685,17 +685,8 @@ def _stale_fingerprint(out: _Collector, model: Categorical | None, version: Cate
     heads, tp = integers[HEADS], integers[TP]
     stale = np.zeros(n, dtype=bool)
 
-    def distinct_per_group(values: np.ndarray) -> np.ndarray:
-        # one column at a time, combined in place
-        n_values, code = _dense_codes(values)
-        combined = group.astype(narrowest_signed(0, n_groups * n_values))
-        combined *= n_values
-        combined += code
-        del code
-        return np.bincount(unique_codes(combined) // n_values, minlength=n_groups)
-
-    tps_per_group = distinct_per_group(tp)
-    heads_per_group = distinct_per_group(heads)
+    tps_per_group = _distinct_per(group, n_groups, tp)
+    heads_per_group = _distinct_per(group, n_groups, heads)
     for g in np.flatnonzero((tps_per_group >= 2) & (heads_per_group == 1)):
         rows = group == g
         stale |= rows
@@ -712,6 +703,18 @@ def _stale_fingerprint(out: _Collector, model: Categorical | None, version: Cate
                 "then --execute)",
         )
     return stale
+
+
+def _distinct_per(group: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
+    """Per group (``group``: each row's group code below ``n_groups``), how many distinct
+    ``values`` its rows hold: one column at a time, its pair code with the group combined in
+    place in the narrowest type that holds it."""
+    n_values, code = _dense_codes(values)
+    combined = group.astype(narrowest_signed(0, n_groups * n_values))
+    combined *= n_values
+    combined += code
+    del code
+    return np.bincount(unique_codes(combined) // n_values, minlength=n_groups)
 
 
 def stale_chain_rows(spec: TableSpec, categorical: dict[str, Categorical], integers: dict[str, np.ndarray],
@@ -744,16 +747,8 @@ def stale_chain_rows(spec: TableSpec, categorical: dict[str, Categorical], integ
     n_chains, chain = _dense_codes(key)
     del key
 
-    def distinct_per_chain(values: np.ndarray) -> np.ndarray:
-        count, code = _dense_codes(values)
-        combined = chain.astype(narrowest_signed(0, n_chains * count))
-        combined *= count
-        combined += code
-        del code
-        return np.bincount(unique_codes(combined) // count, minlength=n_chains)
-
-    tps, heads_n = distinct_per_chain(tp), distinct_per_chain(heads)
-    products = distinct_per_chain(_product(heads, tp))
+    tps, heads_n = _distinct_per(chain, n_chains, tp), _distinct_per(chain, n_chains, heads)
+    products = _distinct_per(chain, n_chains, _product(heads, tp))
     stale = (tps >= 2) & (products > heads_n)
     return stale[chain]
 

@@ -141,12 +141,17 @@ def test_glm5_glm52_dense_mha_rows_are_kept_apart_by_op_name(db, system, median)
 
 
 def test_narrowest_types_hold_every_value_exactly():
-    from modperf.buckets import _count_type, narrowest_int
+    from modperf.buckets import _count_type
+    from modperf.codes import narrowest_int, narrowest_signed
 
     for values, dtype in (([0, 127], np.int8), ([-128, 5], np.int8), ([0, 128], np.int16), ([-129], np.int16),
                           ([32767], np.int16), ([32768], np.int32), ([2**31 - 1, -(2**31)], np.int32),
                           ([2**31], np.int64), ([-(2**31) - 1], np.int64), ([2**62], np.int64)):
-        out = narrowest_int(np.array(values, dtype=np.int64))
+        out = np.array(values, dtype=np.int64).astype(narrowest_signed(min(values), max(values)))
+        assert out.dtype == dtype and out.tolist() == values, values
+    for values, dtype in (([0, 255], np.uint8), ([-1, 127], np.int8), ([-1, 255], np.int16), ([0, 60_000], np.uint16),
+                          ([-1, 60_000], np.int32), ([0, 2**32 - 1], np.uint32), ([-1, 2**32 - 1], np.int64)):
+        out = np.array(values, dtype=np.int64).astype(narrowest_int(min(values), max(values)))
         assert out.dtype == dtype and out.tolist() == values, values
     for top, dtype in ((1, np.uint8), (255, np.uint8), (256, np.uint16), (65535, np.uint16), (65536, np.uint32),
                        (2**32 - 1, np.uint32), (2**32, np.uint64)):
@@ -157,13 +162,15 @@ def test_narrowest_types_hold_every_value_exactly():
 def test_keyed_axes_and_counts_are_stored_narrow(db):
     """The b300 DSV4 CSA context table: axes in the narrowest type of their values, the rows
     merged into a point (1, 2, 3 or 6) as uint8; the values are the file's."""
-    from modperf.buckets import narrowest_int
+    from modperf.codes import narrowest_signed
 
     keyed = db.table("b300_sxm", "sglang", "0.5.14", "dsv4_csa_context_module")
     raw = raw_rows(keyed.ref.path, list(keyed.spec.axes))
     for axis in keyed.spec.axes:
         values = keyed.axes[axis]
-        assert values.dtype == narrowest_int(raw[axis].astype(np.int64)).dtype and values.dtype.itemsize < 8, axis
+        column = raw[axis].astype(np.int64)
+        assert values.dtype == narrowest_signed(int(column.min()), int(column.max())), axis
+        assert values.dtype.itemsize < 8, axis
         assert set(values.tolist()) == set(raw[axis].tolist()), axis
     assert keyed.sources.dtype == np.uint8 and sorted(set(keyed.sources.tolist())) == [1, 2, 3, 6]
     assert int(keyed.sources.sum()) == keyed.rows_read

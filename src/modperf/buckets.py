@@ -141,7 +141,7 @@ class KeyedTable:
 
 
 def build_buckets(vt: ValidatedTable) -> KeyedTable:
-    from .codes import unique_codes
+    from .codes import narrowest_signed, unique_codes
 
     family, spec, n = vt.family, vt.spec, vt.n_rows
     cat_names = vt.present(spec.categorical)
@@ -167,7 +167,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     axis_digits = [_Digit.of_ints(c) for c in axis_cols]
     # axis values in the narrowest signed type that holds them (a database of every table holds
     # ~12M points: int64 axes were half its memory); consumers widen before arithmetic
-    axis_types = [_int_type(*d.bounds) for d in axis_digits]
+    axis_types = [narrowest_signed(*d.bounds) for d in axis_digits]
     row_bits = max((n - 1).bit_length(), 1)
     digits = [*key_digits, *axis_digits]
     _fit(digits, _CODE_BITS - row_bits)
@@ -474,26 +474,6 @@ def _neighbours(sorted_codes: np.ndarray, shift: int, bucket_digits: int) -> tup
                 part //= bucket_digits
             np.not_equal(part[1:], part[:-1], out=change[lo:hi])
     return same, change
-
-
-def narrowest_int(values: np.ndarray) -> np.ndarray:
-    """Integers in the narrowest signed type that holds all of them (the same values; the array
-    itself when it is already that narrow)."""
-    if not values.size:
-        return values.astype(np.int8)
-    return values.astype(_int_type(int(values.min()), int(values.max())), copy=False)
-
-
-_SIGNED: tuple[tuple[type[np.signedinteger[Any]], int, int], ...] = tuple(
-    (t, int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int8, np.int16, np.int32))
-
-
-def _int_type(low: int, high: int) -> type[np.signedinteger[Any]]:
-    """The narrowest signed integer type that holds every value in [low, high]."""
-    for dtype, smallest, largest in _SIGNED:
-        if smallest <= low and high <= largest:
-            return dtype
-    return np.int64
 
 
 def _count_type(counts: np.ndarray) -> np.ndarray:

@@ -117,7 +117,7 @@ def read_table(
 
     ``columns`` reads only those columns (the ones the file has). ``csv_types`` parses the
     named CSV columns as those types (a version ``1.0`` stays a string, heads stay integers).
-    ``meta``: the parquet footer, where the caller has parsed it (:func:`read_footer`).
+    ``meta``: the parquet footer, where the caller has parsed it with :func:`read_footer`.
     """
     path = Path(path)
     wanted = list(columns) if columns is not None else None
@@ -131,10 +131,9 @@ def read_table(
             if wanted is None:
                 return whole
             return whole.select([c for c in whole.column_names if c in wanted])
-        if meta is None:
-            meta = pq.read_metadata(path)  # the footer, parsed once: its schema, then the reader's
+        if meta is None:  # the footer, parsed once (its names checked): its schema, then the reader's
+            meta = read_footer(path)
         schema = meta.schema.to_arrow_schema()
-        _check_names(path, schema.names)
         names = [c for c in schema.names if wanted is None or c in wanted]
         strings = [] if as_stored else [f.name for f in schema if f.name in names and is_string_type(f.type)]
         with pq.ParquetFile(path, read_dictionary=strings, metadata=meta) as handle:

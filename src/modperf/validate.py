@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from . import errors as E
 from . import limits
 from .catalog import TableRef
-from .codes import combine, factorize, to_numpy, unique_codes
+from .codes import combine, factorize, narrowest_int, narrowest_signed, to_numpy, unique_codes
 from .conventions import Typed, as_declared, check_declared
 from .families.base import (
     ARCHITECTURE,
@@ -96,25 +96,6 @@ def _encode(column: pa.ChunkedArray) -> Categorical:
         if unified.num_chunks else np.zeros(0, dtype=np.int32)
     values = unified.chunk(0).dictionary.to_pylist() if unified.num_chunks else []
     return Categorical(codes.astype(np.int32, copy=False), [str(v) for v in values])
-
-
-def narrowest_signed(low: int, high: int) -> np.dtype:
-    """The narrowest signed integer type holding every value in [low, high]."""
-    for dtype in (np.int8, np.int16, np.int32):
-        info = np.iinfo(dtype)
-        if info.min <= low and high <= info.max:
-            return np.dtype(dtype)
-    return np.dtype(np.int64)
-
-
-def narrowest_int(low: int, high: int) -> np.dtype:
-    """The narrowest integer type, signed or unsigned, holding every value in [low, high] (a
-    head count of 128 fits uint8, a batch size of 60,000 uint16)."""
-    for dtype in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32):
-        info = np.iinfo(dtype)
-        if info.min <= low and high <= info.max:
-            return np.dtype(dtype)
-    return np.dtype(np.int64)
 
 
 def _wide(values: np.ndarray) -> np.ndarray:

@@ -215,8 +215,6 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         pick = starts + (sizes - 1) // 2  # lower median: latencies are ascending inside a group
         point_latency = latency[order[pick]]
         del pick
-        # axis values in the narrowest signed type that holds them (a database of every table
-        # holds ~12M points: int64 axes were half its memory); consumers widen before arithmetic
         point_axes = {axis: col[point_rows].astype(t, copy=False)
                       for axis, col, t in zip(spec.axes, axis_cols, axis_types)}
         lo, hi = latency[point_rows], latency[order[starts + sizes - 1]]
@@ -362,21 +360,15 @@ class _Digit:
         return cls(values, low, high - low + 1, False, (low, high))
 
     def factorized(self) -> _Digit:
-        """The digit as the rank of each value among the column's (int32 ranks through a
+        """The digit as the rank of each value among the column's (narrow ranks through a
         presence table over a short span, whose bounds are known; else a hash)."""
-        from .codes import _DENSE_SPAN, factorize
+        from .codes import _DENSE_SPAN, dense_ranks, factorize
 
         low, high = self.bounds
         span = high - low + 1
         if not self.ranked and span <= max(self.values.size, _DENSE_SPAN) and span < 2**31:
-            # values - low lies in [0, span): exact in int32 (the subtraction wraps consistently)
-            shifted = np.subtract(self.values, self.values.dtype.type(low), dtype=np.int32, casting="unsafe")
-            present = np.zeros(span, dtype=bool)
-            present[shifted] = True
-            rank = np.cumsum(present, dtype=np.int32)
-            card = int(rank[-1])
-            rank -= 1
-            return _Digit(rank[shifted], 0, max(card, 1), True, self.bounds)
+            card, rank = dense_ranks(self.values, low, span)
+            return _Digit(rank, 0, max(card, 1), True, self.bounds)
         uniq, codes = factorize(self.values)
         return _Digit(codes, 0, max(int(uniq.size), 1), True, self.bounds)
 

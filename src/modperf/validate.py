@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from . import errors as E
 from . import limits
 from .catalog import TableRef
-from .codes import combine, factorize, narrowest_int, narrowest_signed, to_numpy, unique_codes
+from .codes import combine, dense_ranks, factorize, narrowest_int, narrowest_signed, to_numpy, unique_codes
 from .conventions import Typed, as_declared, check_declared
 from .families.base import (
     ARCHITECTURE,
@@ -638,14 +638,7 @@ def _dense_codes(values: np.ndarray) -> tuple[int, np.ndarray]:
     if span > 1 << 16:
         uniq, codes = factorize(values)
         return int(uniq.size), codes.astype(narrowest_signed(0, uniq.size))
-    # values - low lies in [0, span): exact in that type (the subtraction wraps consistently)
-    shifted = np.subtract(values, values.dtype.type(low), dtype=narrowest_signed(0, span), casting="unsafe")
-    present = np.zeros(span, dtype=bool)
-    present[shifted] = True
-    rank = np.cumsum(present, dtype=np.int64)
-    rank -= 1
-    count = int(rank[-1]) + 1
-    return count, rank.astype(narrowest_signed(0, count))[shifted]
+    return dense_ranks(values, low, span)
 
 
 def _stale_fingerprint(out: _Collector, model: Categorical | None, version: Categorical | None,

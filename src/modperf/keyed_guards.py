@@ -110,7 +110,7 @@ def scaling_ratios(keyed: KeyedTable, guard: Scaling) -> np.ndarray | None:
     # Points are stored in key order (bucket, then each axis ascending), so their codes in the
     # mixed radix of (bucket, each axis's value - its smallest) ascend: a step's partner is a
     # binary search away, with no sort. A stepped value outside an axis's range has none.
-    own = point_bucket
+    own = point_bucket  # (consumed: the points' codes are built in it; the ranked way below makes it again)
     moved = moved_bucket[where]
     inside = np.ones(where.size, dtype=bool)
     for a, (low, span) in zip(axes, spans):

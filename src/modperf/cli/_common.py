@@ -28,7 +28,6 @@ from rich.segment import Segment
 
 from .. import errors as E
 from ..jsonio import dumps
-from ._batch import open_batch as open_batch  # (predict --batch opens its input the same way)
 
 
 def _safe_text(text: str) -> str:

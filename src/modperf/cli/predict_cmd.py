@@ -15,7 +15,8 @@ from ..db import Database
 from ..jsonio import dumps
 from ..predict import Prediction, deployment_from_row, predict
 from ._app import app
-from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors, open_batch
+from ._batch import open_batch
+from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
 
 
 def _opt(name: str, help_text: str) -> Any:

@@ -11,7 +11,7 @@ from rich.table import Table
 from .. import errors as E
 from ..db import Database
 from ._app import app
-from ._batch import answer_batch
+from ._batch import answer_batch, open_batch
 from ._common import (
     DataRootOpt,
     JsonOpt,
@@ -19,7 +19,6 @@ from ._common import (
     console,
     emit_json,
     handles_errors,
-    open_batch,
 )
 
 

@@ -10,20 +10,37 @@ how its head axis is keyed; native head counts come from HF configs; loaders fai
 The heavier tools live in their modules, imported on use: ``modperf.estimate.estimate``,
 ``modperf.migrate.migrate``, ``modperf.writer.open_writer``, ``modperf.dedupe.dedupe``,
 ``modperf.coverage.coverage``, ``modperf.quality.assess``, ``modperf.layers.layer_schedule``.
+
+Every name below is imported on first use (PEP 562): a process that answers from the persisted
+plans (:mod:`modperf.plans`) never imports numpy, pyarrow or the loading pipeline.
 """
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from . import errors
 from ._meta import __version__
-from .buckets import KeyedTable
-from .catalog import Catalog, TableRef
-from .check import CheckReport, check
-from .db import Database, open  # noqa: A004  (modperf.open shadows the builtin by design)
 from .errors import ModperfError
-from .families import Family, Tier, family_of, registry
-from .loader import Loaded, Scope, load_one, load_table
-from .models import ModelConfig, ModelRegistry
+
+if TYPE_CHECKING:
+    from .buckets import KeyedTable
+    from .catalog import Catalog, TableRef
+    from .check import CheckReport, check
+    from .db import Database, open  # noqa: A004  (modperf.open shadows the builtin by design)
+    from .families import Family, Tier, family_of, registry
+    from .loader import Loaded, Scope, load_one, load_table
+    from .models import ModelConfig, ModelRegistry
+
+#: Each public name -> the module that defines it.
+_HOMES = {
+    "KeyedTable": "buckets", "Catalog": "catalog", "TableRef": "catalog", "CheckReport": "check",
+    "check": "check", "Database": "db", "open": "db", "Family": "families", "Tier": "families",
+    "family_of": "families", "registry": "families", "Loaded": "loader", "Scope": "loader",
+    "load_one": "loader", "load_table": "loader", "ModelConfig": "models", "ModelRegistry": "models",
+}
 
 __all__ = [
     "Catalog", "CheckReport", "Database", "Family", "KeyedTable", "Loaded", "ModelConfig", "ModelRegistry",
@@ -31,3 +48,35 @@ __all__ = [
     "load_table", "open",
     "registry",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'modperf' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """The package's module type: ``modperf.check`` stays the function.
+
+    Importing a submodule binds it on its package under its name; the submodule
+    ``modperf.check`` would then replace the function ``modperf.check`` (the package imported it
+    eagerly before, and rebound the name after). Bound now on first use, the function is bound in
+    the submodule's place instead."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "check" and isinstance(value, types.ModuleType):
+            value = value.check
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

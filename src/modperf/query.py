@@ -31,6 +31,7 @@ import numpy as np
 from . import cache as keyed_cache
 from . import errors as E
 from . import limits
+from .answer import Answer, answer_at, cell_of, extrapolation_of, read_point
 from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
@@ -40,8 +41,6 @@ from .interp import (
     EXTRAPOLATION_LIMIT,
     INTERPOLATED,
     KIND_NAMES,
-    MEASURED_CELL,
-    MISSING_OFFSET,
     REFUSED,
     Grid,
     Lookup,
@@ -62,54 +61,6 @@ DTYPE_COLUMNS = ("attn_dtype", "kv_cache_dtype", "mla_dtype", "gemm_type", "gemm
 DEFAULT_DTYPE = "bfloat16"
 #: Key columns a query never names: derived from the head fields.
 DERIVED_KEYS = (NATIVE, "local_num_heads")
-
-
-@dataclass
-class Answer:
-    """The answer to one query."""
-
-    latency_ms: float
-    kind: str  # exact | interpolated | extrapolated
-    table: str
-    system: str
-    backend: str
-    version: str
-    native: int | None  # the native bucket that answered (None: local-only table)
-    local: int  # rank-local heads asked for
-    locals_used: tuple[int, ...]  # measured local counts that carried weight
-    files: tuple[str, ...]
-    models: tuple[str, ...]  # models (aliases included) that measured the group
-    fields: dict[str, Any]  # the resolved key, defaults included
-    requested_native: int | None = None
-    substitution: str | None = None  # set when allow_substitute answered from another native
-    reused_from: str | None = None  # donor version when reuse.yaml answered
-    reuse_reason: str | None = None
-    extrapolation: dict[str, Any] | None = None
-    #: The native bucket that answered when it is not the model's own (allow_substitute).
-    substituted_from: int | None = None
-    #: Key columns the model fixed, with why (modperf.resolve).
-    derived: dict[str, str] = field(default_factory=dict)
-    #: Key columns left out and filled by a documented default, with the rule.
-    defaults: dict[str, str] = field(default_factory=dict)
-    #: The kernel a lane rule picked for this shape: {"kernel_source": ..., "rule": ...}.
-    lane: dict[str, str] | None = None
-    #: Quality findings on the measured points the answer stands on (modperf.quality).
-    quality: list[dict[str, Any]] | None = None
-    notes: list[str] = field(default_factory=list)
-    version_chosen: bool = False  # the version was the default, not given
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "latency_ms": self.latency_ms, "kind": self.kind, "table": self.table, "system": self.system,
-            "backend": self.backend, "version": self.version, "native": self.native, "local": self.local,
-            "locals_used": list(self.locals_used), "requested_native": self.requested_native,
-            "substitution": self.substitution, "substituted_from": self.substituted_from,
-            "reused_from": self.reused_from, "reuse_reason": self.reuse_reason,
-            "extrapolation": self.extrapolation, "files": list(self.files), "models": list(self.models),
-            "fields": dict(self.fields), "derived": dict(self.derived), "defaults": dict(self.defaults),
-            "lane": self.lane, "quality": self.quality, "notes": list(self.notes),
-            "version_chosen": self.version_chosen,
-        }
 
 
 @dataclass
@@ -166,6 +117,18 @@ class _Plan:
         self.axis_checks = tuple(checks)
         self.echoed = tuple((name, i) for i, name in enumerate(self.axis_fields) if name != HEADS)
 
+    @property
+    def extrapolation_model(self) -> str:
+        """What an extrapolated answer holds, as its ``extrapolation`` lists it (the system's
+        GPU, looked up on first use)."""
+        text = self.__dict__.get("_extrapolation_model")
+        if text is None:
+            spec = gpu_spec(self.template.system)
+            text = self.__dict__["_extrapolation_model"] = (
+                "utilisation held against the roofline of " + spec.name
+                + ("" if spec.from_file else " (default GPU: no spec file)"))
+        return text
+
     def lane_for(self, point: Mapping[str, Any]) -> _Plan:
         """The plan of the lane the backend runs at ``point`` (axis values), its answer saying so."""
         assert self.lanes is not None
@@ -174,7 +137,7 @@ class _Plan:
                 plan = self.lane_answers.get(lane)
                 if plan is None:  # once per lane (the answer's lane part is the same for every point)
                     sub = self.lane_plans[lane]
-                    template = replace(sub.template, lane={"kernel_source": lane, "rule": reason})
+                    template = sub.template.copy(lane={"kernel_source": lane, "rule": reason})
                     plan = self.lane_answers[lane] = replace(sub, template=template)
                 return plan
         raise AssertionError("lane tests cover every point")
@@ -418,57 +381,18 @@ class QueryEngine:
         the grid without searching for the nearest measured points (a caller trying several
         kernels asks again, diagnosed, only when every one refuses)."""
         plan = asked = self._cached_plan(fields)
-        # the fast path: every axis value a plain int inside its range (or left out where the
-        # plan fixes it); anything else (a string, a float, a bool, None, out of range) is parsed
-        # or refused by the reference path, answer_of
-        point = []
-        cell = 0  # the point's cell in the grid's padded lattice, when every value is a lattice value
-        for name, low, high, fixed, offsets in plan.axis_checks:
-            value = fields.get(name)  # type: ignore[arg-type]  # None: the heads axis (never a field's name)
-            if type(value) is int and low <= value <= high:
-                pass
-            elif value is None and fixed is not None:
-                value = fixed
-            else:
-                return self.answer_of(asked, fields, quality=quality, diagnose=diagnose)
-            point.append(value)
-            cell += offsets.get(value, MISSING_OFFSET)
+        read = read_point(plan.axis_checks, fields)
+        if read is None:
+            return self.answer_of(asked, fields, quality=quality, diagnose=diagnose)
+        point, cell = read
         if plan.lanes is not None:  # the lane the backend runs here (its grid: the cell again)
             plan = plan.lane_for(dict(zip(plan.axis_fields, point)))
-            cell = 0
-            for check, value in zip(plan.axis_checks, point):
-                cell += check[4].get(value, MISSING_OFFSET)
-        grid = plan.grid
-        t = plan.template
-        # a shallow copy of the template (its attribute dict copied whole), the point's part set
-        answer = object.__new__(Answer)
-        values = answer.__dict__ = t.__dict__.copy()
-        exact_hit = cell >= 0 and grid.state_py[cell] == MEASURED_CELL
-        if exact_hit:  # a measured cell: its stored latency, as the lookup returns it
-            values["latency_ms"] = grid.lat_py[cell]
-            values["kind"] = "exact"
-            if grid.heads_pos >= 0:
-                values["locals_used"] = (point[grid.heads_pos],)
-        elif cell < 0 and (between := self._between(plan, point, cell)) is not None:
-            # one axis between two lattice values, interpolated from unextrapolated cells
-            values["latency_ms"], heads_used = between
-            values["kind"] = KIND_NAMES[INTERPOLATED]
-            if heads_used:
-                values["locals_used"] = heads_used
-        else:
-            found = grid.lookup_general(point)
-            if found.kind == REFUSED:
-                return self.answer_of(asked, fields, quality=quality, diagnose=diagnose)
-            values["latency_ms"] = found.latency_ms
-            values["kind"] = KIND_NAMES[found.kind]
-            if found.heads_used:
-                values["locals_used"] = found.heads_used
-            if found.distance > 0:
-                values["extrapolation"] = extrapolation_of(grid, t.system, found)
-        resolved = t.fields.copy()
-        for name, i in plan.echoed:
-            resolved[name] = point[i]
-        values["fields"] = resolved
+            cell = cell_of(plan.axis_checks, point)
+        answer = answer_at(plan, point, cell)
+        if answer is None:  # refused: the reference path says why
+            return self.answer_of(asked, fields, quality=quality, diagnose=diagnose)
+        values = answer.__dict__
+        exact_hit = values["kind"] == "exact"
         if self.annotate_quality if quality is None else quality:
             found_quality = plan.quality_found
             if found_quality is _UNSET:
@@ -480,18 +404,6 @@ class QueryEngine:
                 else:
                     values["quality"] = self._quality_of(plan, point)
         return answer
-
-    @staticmethod
-    def _between(plan: _Plan, point: list[int], cell: int) -> tuple[float, tuple[int, ...]] | None:
-        """:meth:`Grid.between` for a fast-path point whose cell sum holds ``MISSING_OFFSET``
-        exactly once (one axis off its lattice), else None."""
-        base = cell - MISSING_OFFSET  # the other axes' sum: negative when two or more missed
-        if base < 0:
-            return None
-        for a, check in enumerate(plan.axis_checks):
-            if point[a] not in check[4]:
-                return plan.grid.between(point, a, base)
-        return None  # (unreached: some axis missed)
 
     def answer_of(self, plan: _Plan, fields: Mapping[str, Any], *, quality: bool | None = None,
                   diagnose: bool = True) -> Answer:
@@ -513,7 +425,7 @@ class QueryEngine:
                 raise E.OutOfCoverageError(f"{t.table}: point {dict(zip(grid.axes, point))} lies outside the "
                                            "measured grid's reach", values={"native": t.native})
             raise self._refusal(plan, point, found)
-        extrapolation = extrapolation_of(grid, t.system, found) if found.distance > 0 else None
+        extrapolation = extrapolation_of(grid, plan.extrapolation_model, found) if found.distance > 0 else None
         # a shallow copy of the template with the point's part set (dataclasses.replace, without
         # its per-field keyword round trip)
         answer = object.__new__(Answer)
@@ -1150,17 +1062,6 @@ def _values_getter(names: tuple[Any, ...]) -> Callable[[Mapping[str, Any]], tupl
         only = keep[0]
         return lambda fields: (fields[only],)
     return lambda fields: ()
-
-
-def extrapolation_of(grid: Grid, system: str, found: Lookup) -> dict[str, Any]:
-    """How far an extrapolated answer (a lookup that spent some distance) reached, as the
-    answer lists it."""
-    return {
-        "distance_octaves": round(found.distance, 6), "limit_octaves": grid.limit,
-        "outside_axes": list(found.outside), "measured_range": grid.ranges(),
-        "model": "utilisation held against the roofline of " + gpu_spec(system).name
-                 + ("" if gpu_spec(system).from_file else " (default GPU: no spec file)"),
-    }
 
 
 def refusal_where(distance: float) -> str:

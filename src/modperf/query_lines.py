@@ -29,11 +29,12 @@ import numpy as np
 
 from . import errors as E
 from . import limits
+from .answer import Answer, extrapolation_of
 from .batch import error_line
 from .families.base import HEADS
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED, Lookup
 from .jsonio import dumps, dumps_as_is, dumps_small
-from .query import _AXIS_NAMES, Answer, QueryEngine, _Plan, extrapolation_of, refusal_error, refusal_where
+from .query import _AXIS_NAMES, QueryEngine, _Plan, refusal_error, refusal_where
 
 #: Markers standing for the per-point parts while a plan's answer text is made.
 _MARK = "\x01modperf-point-part-{}\x01"
@@ -351,7 +352,7 @@ class LineAnswerer:
         """The answer lines of a group's extrapolated points (positions in the group, lines):
         the latency and the distance spent from the group's lookup (the scalar lookup's bit
         for bit), the axes beyond the range from the point, the extrapolation part from the
-        plan's text for those axes (:func:`modperf.query.extrapolation_of` with a marker for
+        plan's text for those axes (:func:`modperf.answer.extrapolation_of` with a marker for
         the distance)."""
         grid = plan.grid
         at = np.array([r for r, _ in extrapolated], dtype=np.intp)
@@ -390,7 +391,7 @@ class LineAnswerer:
         marker = 987654.321  # (round(marker, 6) is marker)
         found = Lookup(0.0, EXTRAPOLATED, marker, (), axes)
         try:
-            text = dumps_as_is(extrapolation_of(plan.grid, plan.template.system, found))
+            text = dumps_as_is(extrapolation_of(plan.grid, plan.extrapolation_model, found))
         except ValueError:
             return False
         mark = float.__repr__(marker)
@@ -408,7 +409,7 @@ class LineAnswerer:
         if found.kind != EXTRAPOLATED or latency[-1] in "nf":
             return None
         try:
-            extrapolation = dumps_as_is(extrapolation_of(plan.grid, plan.template.system, found))
+            extrapolation = dumps_as_is(extrapolation_of(plan.grid, plan.extrapolation_model, found))
         except ValueError:
             return None
         notes = self.engine._quality_of(plan, point) if template.quality else None

@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import TYPE_CHECKING, Any
 
-from . import errors
 from ._meta import __version__
-from .errors import ModperfError
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
+    from typing import Any
+
+    from . import errors
     from .buckets import KeyedTable
     from .catalog import Catalog, TableRef
     from .check import CheckReport, check
     from .db import Database, open  # noqa: A004  (modperf.open shadows the builtin by design)
+    from .errors import ModperfError
     from .families import Family, Tier, family_of, registry
     from .loader import Loaded, Scope, load_one, load_table
     from .models import ModelConfig, ModelRegistry
@@ -40,6 +42,7 @@ _HOMES = {
     "check": "check", "Database": "db", "open": "db", "Family": "families", "Tier": "families",
     "family_of": "families", "registry": "families", "Loaded": "loader", "Scope": "loader",
     "load_one": "loader", "load_table": "loader", "ModelConfig": "models", "ModelRegistry": "models",
+    "ModperfError": "errors",
 }
 
 __all__ = [
@@ -51,11 +54,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name == "errors":  # the submodule (an import binds it here from then on)
+        return importlib.import_module(".errors", __name__)
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'modperf' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f".{home}", __name__), name)
     globals()[name] = value
     return value

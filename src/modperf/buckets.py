@@ -95,6 +95,10 @@ class KeyedTable:
     #: Where the persisted cache keeps this table's grids: (cache folder, a digest of the
     #: table's entry identity); None when the table did not come from (or go to) the cache.
     cache_home: tuple[str, str] | None = field(default=None, repr=False, compare=False)
+    #: The identity of the table file this table is the keyed form of (modperf.cache_keys:
+    #: path, size, mtime, footer digest), set with ``cache_home``: what a persisted query plan
+    #: resolved from it depends on (modperf.plans).
+    cache_source: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     #: Bucket key -> bucket, made on the first lookup (a check never looks one up).
     _index: dict[tuple[Any, ...], int] | None = field(default=None, repr=False, compare=False)
 

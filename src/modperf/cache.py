@@ -67,6 +67,7 @@ import numpy as np
 from . import atomic
 from ._meta import __version__
 from .buckets import Agreement, BucketColumns, KeyedTable
+from .cache_keys import CACHE_DIR_ENV, NO_CACHE_ENV, cache_folder, enabled, source_digest, source_identity
 from .jsonio import dumps
 
 if TYPE_CHECKING:
@@ -74,8 +75,6 @@ if TYPE_CHECKING:
     from .models import ModelRegistry
     from .scan_cache import Record
 
-CACHE_DIR_ENV = "MODPERF_CACHE_DIR"
-NO_CACHE_ENV = "MODPERF_NO_CACHE"
 MAX_BYTES_ENV = "MODPERF_CACHE_MAX_BYTES"
 #: The cache's size bound: past it, the entries used longest ago are removed after each write
 #: (entries of an older modperf or another model-config set are never read again).
@@ -101,21 +100,8 @@ def _note(message: str) -> None:
 
 
 def cache_dir() -> Path:
-    """The cache folder (it may not exist yet)."""
-    explicit = os.environ.get(CACHE_DIR_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg and os.path.isabs(os.path.expanduser(xdg)) else Path.home() / ".cache"
-    return base / "modperf"
-
-
-def enabled(requested: bool | None = None) -> bool:
-    """Whether to use the cache: ``requested`` when given, else on unless ``MODPERF_NO_CACHE``
-    is set to something other than ``0`` or empty."""
-    if requested is not None:
-        return requested
-    return os.environ.get(NO_CACHE_ENV, "").strip() in ("", "0")
+    """The cache folder (it may not exist yet; :func:`modperf.cache_keys.cache_folder`)."""
+    return Path(cache_folder())
 
 
 # --- identity ---------------------------------------------------------------------------------
@@ -135,20 +121,6 @@ def pipeline_fingerprint() -> str:
                          + sorted((here / "families").glob("*.py")))
 
 
-def source_digest(prefix: str, files: list[Path]) -> str:
-    """A digest of ``prefix`` and the name and bytes of each source file (a file that cannot
-    be read counts as such): what a cached thing's code fingerprint is made of."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(prefix.encode())
-    for path in files:
-        h.update(path.name.encode() + b"\0")
-        try:
-            h.update(path.read_bytes())
-        except OSError:
-            h.update(b"?")
-    return h.hexdigest()
-
-
 def registry_fingerprint(models: ModelRegistry) -> str:
     """A digest of the model configs a registry resolves (id, file, size, mtime)."""
     h = hashlib.blake2b(digest_size=16)
@@ -159,31 +131,6 @@ def registry_fingerprint(models: ModelRegistry) -> str:
         except OSError:
             h.update(f"{model_id}\0{path}\0?\n".encode())
     return h.hexdigest()
-
-
-def source_identity(path: Path) -> dict[str, Any] | None:
-    """(absolute path, size, mtime_ns, content digest) of a table file; None when it cannot be
-    read (the loader then reports it)."""
-    try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            size = st.st_size
-            h = hashlib.blake2b(digest_size=16)
-            if path.suffix == ".parquet" and size >= 12:
-                f.seek(size - 8)
-                tail = f.read(8)
-                footer_len = int.from_bytes(tail[:4], "little")
-                if tail[4:] == b"PAR1" and 0 < footer_len <= size - 12:
-                    f.seek(size - 8 - footer_len)
-                    h.update(f.read(footer_len))
-                else:  # not a parquet footer: the whole file
-                    f.seek(0)
-                    h.update(f.read())
-            else:
-                h.update(f.read())
-    except OSError:
-        return None
-    return {"path": str(path.resolve()), "size": size, "mtime_ns": st.st_mtime_ns, "content": h.hexdigest()}
 
 
 def _entry_name(source: dict[str, Any], registry_fp: str) -> str:
@@ -411,10 +358,12 @@ def load_keyed(ref: TableRef, models: ModelRegistry, build: Callable[[TableRef, 
             with contextlib.suppress(OSError):
                 os.utime(entry)  # used now: the size bound removes the entries used longest ago
             found[1].cache_home = _home(folder, identity)
+            found[1].cache_source = source
             return found[1]
     keyed = build(ref, models)
     if source_identity(ref.path) == source and store(entry, keyed, identity):  # unchanged while keyed
         keyed.cache_home = _home(folder, identity)
+        keyed.cache_source = source
     return keyed
 
 

@@ -20,10 +20,10 @@ from typing import Any, Protocol
 
 from . import errors as E
 from .atomic import TMP_SUFFIX, is_live_temp
+from .cache_keys import DATA_PACKAGE, distribution_base
 from .errors import DataRootError, UnknownTableError
 from .limits import MAX_CONFIG_BYTES
 
-DATA_PACKAGE = "aiconfigurator-core"
 DATA_ROOT_ENV = "MODPERF_DATA_ROOT"
 PARQUET_SUFFIX = "_perf.parquet"
 CSV_SUFFIX = "_perf.txt"
@@ -35,23 +35,9 @@ def _is_yaml_error(exc: BaseException) -> bool:
     return isinstance(exc, yaml.YAMLError)
 
 
-@functools.cache
 def _distribution_base() -> Path | None:
-    """Where the installed corpus package's files are relative to: the folder holding its
-    ``.dist-info`` metadata, found the way ``importlib.metadata`` finds it (the first entry of
-    ``sys.path`` that holds one), without importing ``importlib.metadata`` (tens of ms)."""
-    import sys
-
-    prefix = DATA_PACKAGE.replace("-", "_").lower() + "-"
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for name in names:
-            if name.lower().startswith(prefix) and name.endswith(".dist-info"):
-                return Path(entry or ".")
-    return None
+    found = distribution_base()
+    return None if found is None else Path(found)
 
 
 def _package_dir(relative: str) -> Path:
@@ -428,6 +414,9 @@ class Catalog:
     #: reuse.yaml, reuse declarations whose donor is missing, links out of the root, leftover
     #: temporary files. ``modperf check`` reports each as a failure.
     problems: list[E.ModperfError]
+    #: What a remembered scan depended on (modperf.scan_cache: every listed folder's stat, every
+    #: reuse.yaml's digest), when this catalog is a remembered scan's; None otherwise.
+    watched: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def scan(cls, root: str | os.PathLike[str] | None = None, *, watch: ScanWatch | None = None) -> Catalog:

@@ -4,20 +4,21 @@ query engine over them."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from . import cache as keyed_cache
-from . import scan_cache
-from .buckets import KeyedTable
-from .catalog import Catalog, TableRef
-from .families import family_of
-from .loader import TableStore
-from .models import ModelRegistry
+from . import cache_keys
 
-if TYPE_CHECKING:
-    from .query import Answer, Latencies, QueryEngine
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (a process answering from persisted plans imports none of these)
+    from collections.abc import Iterable, Iterator, Mapping
+    from pathlib import Path
+    from typing import Any
+
+    from .buckets import KeyedTable
+    from .catalog import Catalog, TableRef
+    from .loader import TableStore
+    from .models import ModelRegistry
+    from .plans import PlanStore
+    from .query import Answer, Latencies, QueryEngine, _Plan
 
 
 class Database:
@@ -26,19 +27,60 @@ class Database:
     ``table(system, backend, version, table)`` answers from the slot's own file or, where the
     version folder's ``reuse.yaml`` declares it, from the donor version (``ref.reuse`` says so).
     Loading is strict: a table with any failure raises TableRejectedError.
+
+    With the persisted cache on, a single answer comes from a persisted query plan where one
+    holds (modperf.plans), and the catalog, the model registry and the table store are made on
+    first use: a process answering only from plans never scans the data root or imports numpy.
     """
 
     def __init__(self, data_root: str | os.PathLike[str] | None = None,
                  model_configs: Iterable[str | os.PathLike[str]] | None = None, *, cache: bool | None = None) -> None:
-        if keyed_cache.enabled(cache):  # the scan of an earlier process, while the data root is unchanged
-            self.catalog = scan_cache.scan(data_root)
-        else:
-            self.catalog = Catalog.scan(data_root)
-        self.models = ModelRegistry.default(model_configs)
+        self._data_root = data_root
+        self._model_configs = None if model_configs is None else list(model_configs)
         #: ``cache``: keyed tables from the persisted cache (modperf.cache); None: on unless
         #: MODPERF_NO_CACHE is set.
-        self.store = TableStore(self.catalog, self.models, cache=cache)
+        self._cache = cache
+        self._catalog: Catalog | None = None
+        self._models: ModelRegistry | None = None
+        self._store: TableStore | None = None
         self._query_engine: QueryEngine | None = None
+        self._plans: PlanStore | None = None
+        if cache_keys.enabled(cache):
+            from .plans import PlanStore
+
+            self._plans = PlanStore.open(data_root, self._model_configs)
+        if self._plans is None:  # no plans: open now (what is wrong with the root or configs raises here)
+            _ = self.store
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            if cache_keys.enabled(self._cache):  # the scan of an earlier process, while the data root is unchanged
+                from . import scan_cache
+
+                self._catalog = scan_cache.scan(self._data_root)
+            else:
+                from .catalog import Catalog
+
+                self._catalog = Catalog.scan(self._data_root)
+        return self._catalog
+
+    @property
+    def models(self) -> ModelRegistry:
+        if self._models is None:
+            from .models import ModelRegistry
+
+            self._models = ModelRegistry.default(self._model_configs)
+        return self._models
+
+    @property
+    def store(self) -> TableStore:
+        if self._store is None:
+            from .loader import TableStore
+
+            catalog = self.catalog
+            self._store = TableStore(catalog, self.models, cache=self._cache)
+        return self._store
 
     @property
     def root(self) -> Path:
@@ -56,6 +98,8 @@ class Database:
     def tables(self, *, system: str | None = None, backend: str | None = None, version: str | None = None,
                table: str | None = None) -> Iterator[KeyedTable]:
         """Every declared slot matching the filters (reuse-resolved), loaded."""
+        from .families import family_of
+
         for ref in self.catalog.select(system=system, backend=backend, version=version, table=table,
                                        physical=False):
             if family_of(ref.table) is not None:
@@ -68,14 +112,30 @@ class Database:
         if self._query_engine is None:
             from .query import QueryEngine
 
-            self._query_engine = QueryEngine(self.store, self.models)
+            engine = QueryEngine(self.store, self.models)
+            if self._plans is not None:
+                engine.plan_sink = self._persist_plan
+            self._query_engine = engine
         return self._query_engine
+
+    def _persist_plan(self, fields: Mapping[str, Any], plan: _Plan, tables: list[Any], quality: str) -> None:
+        from .query import _AXIS_NAMES
+        from .roofline import spec_file
+
+        assert self._plans is not None
+        spec = spec_file(plan.template.system)
+        self._plans.persist(fields, plan, tables, quality, self.catalog.watched, _AXIS_NAMES,
+                            None if spec is None else str(spec))
 
     def query(self, /, **fields: Any) -> Answer:
         """One latency: ``db.query(table=..., system=..., backend=..., version=..., model=... |
         native_heads=..., tp_size=... | num_heads=..., <key columns>..., allow_substitute=False)``.
         Every field is a keyword (``self`` positional-only), so no field name collides with a
         Python name: an unknown one is a QueryFieldError like any other."""
+        if self._query_engine is None and self._plans is not None:
+            found = self._plans.answer(fields, True)
+            if found is not None:
+                return found
         return self.queries.query(fields)
 
     def answer(self, fields: Mapping[str, Any], *, quality: bool = True, diagnose: bool = True) -> Answer:
@@ -83,6 +143,10 @@ class Database:
         (model-level estimates, which make many queries, list them per table instead);
         ``diagnose=False`` refuses a point outside the grid without naming the nearest measured
         points (cheap: for callers trying several kernels)."""
+        if self._query_engine is None and self._plans is not None:
+            found = self._plans.answer(fields, quality)
+            if found is not None:
+                return found
         return self.queries.query(fields, quality=quality, diagnose=diagnose)
 
     def query_many(self, /, **fields: Any) -> Latencies:

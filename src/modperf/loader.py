@@ -15,10 +15,11 @@ per-database cache.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -294,6 +295,22 @@ class TableStore:
         #: rejected table reads and validates it once, not once per line.
         self._rejected: dict[Path, E.ModperfError] = {}
         self._lock = threading.Lock()
+        #: Per thread, while :meth:`recording`: every table loaded (None for one rejected).
+        self._recording = threading.local()
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[KeyedTable | None]]:
+        """The tables this thread loads inside the block, as loaded (None for one the loader
+        rejected), whether read now or held already: what a persisted plan depends on."""
+        outer = getattr(self._recording, "loads", None)
+        loads: list[KeyedTable | None] = []
+        self._recording.loads = loads
+        try:
+            yield loads
+        finally:
+            self._recording.loads = outer
+            if outer is not None:
+                outer.extend(loads)
 
     def ref(self, system: str, backend: str, version: str, table: str) -> TableRef:
         ref = self.catalog.slot(system, backend, version, table)
@@ -340,18 +357,27 @@ class TableStore:
         with self._lock:
             cached = self._tables.get(ref.path)
             rejected = self._rejected.get(ref.path)
+        loads = getattr(self._recording, "loads", None)
         if cached is not None:
+            if loads is not None:
+                loads.append(cached)
             return cached if cached.ref == ref else cached.seen_as(ref)
         if rejected is not None:
+            if loads is not None:
+                loads.append(None)
             raise rejected.with_traceback(None)
         try:
             keyed = self._build(ref)
         except E.ModperfError as exc:
             with self._lock:
                 self._rejected[ref.path] = exc
+            if loads is not None:
+                loads.append(None)
             raise
         with self._lock:
             self._tables[ref.path] = keyed
+        if loads is not None:
+            loads.append(keyed)
         return keyed if keyed.ref == ref else keyed.seen_as(ref)
 
     def _build(self, ref: TableRef) -> KeyedTable:

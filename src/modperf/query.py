@@ -105,6 +105,9 @@ class _Plan:
     echoed: tuple[tuple[str, int], ...] = field(init=False, repr=False)
     #: The quality findings of the plan's group (QueryEngine._quality_found), once looked up.
     quality_found: Any = field(default=_UNSET, init=False, repr=False)
+    #: A plan resolved with a plan sink set: the tables its resolution loaded, until its first
+    #: answer hands it to the sink (QueryEngine._persist).
+    pending: list[Any] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         checks: list[tuple[str | None, int, int, int | None, dict[int, int]]] = []
@@ -363,6 +366,9 @@ class QueryEngine:
         self._quality_groups: dict[tuple[Any, ...], Any] = {}
         self._quality_index: dict[Any, dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]] = {}
         self._lock = threading.Lock()
+        #: Called with (fields, plan, the tables it depends on, its quality state) after the first
+        #: answer of each single-query plan this engine resolves (modperf.plans persists it).
+        self.plan_sink: Callable[[Mapping[str, Any], _Plan, list[Any], str], Any] | None = None
 
     def index(self, keyed: KeyedTable) -> TableIndex:
         key = (keyed.ref.path, keyed.ref.slot)
@@ -403,7 +409,30 @@ class QueryEngine:
                     values["quality"] = list(notes) if notes else None
                 else:
                     values["quality"] = self._quality_of(plan, point)
+        if asked.pending is not None:
+            self._persist(asked, fields)
         return answer
+
+    def _persist(self, plan: _Plan, fields: Mapping[str, Any]) -> None:
+        """Hand a plan to the plan sink after its first answer, with every table it depends on:
+        those its resolution loaded, and where its group's quality notes were looked up and
+        found none, the files they compare it with (``"none"``; ``"notes"`` where it has
+        some, ``"unknown"`` where nobody looked)."""
+        loads, plan.pending = plan.pending, None
+        sink = self.plan_sink
+        if sink is None or loads is None:
+            return
+        found = plan.quality_found
+        if found is _UNSET:
+            state = "unknown"
+        elif found is None:
+            with self.store.recording() as compared:
+                self._compared(grid_keyed(self, plan))
+            loads = [*loads, *compared]
+            state = "none"
+        else:
+            state = "notes"
+        sink(fields, plan, loads, state)
 
     def answer_of(self, plan: _Plan, fields: Mapping[str, Any], *, quality: bool | None = None,
                   diagnose: bool = True) -> Answer:
@@ -462,7 +491,12 @@ class QueryEngine:
         except TypeError:  # an unhashable value: resolve without the cache
             plan, plan_key = None, None
         if plan is None:
-            plan = self._plan(fields)
+            if self.plan_sink is not None:
+                with self.store.recording() as loads:
+                    plan = self._plan(fields)
+                plan.pending = loads
+            else:
+                plan = self._plan(fields)
             if plan_key is not None:
                 if self._n_plans >= self.PLAN_CACHE:  # full: start over (this names' entry kept, emptied)
                     self._plans.clear()

@@ -118,6 +118,23 @@ def known_document(text: str, doc: Any) -> None:
     _DOCUMENTS.setdefault(text, doc)
 
 
+def spec_file(system: str | None, systems_dir: str | None = None) -> Path | None:
+    """The file :func:`gpu_spec` reads for ``system`` (it may not exist), or None where it
+    reads none (no system, no embedded corpus)."""
+    if not system:
+        return None
+    if systems_dir is None:
+        from .catalog import embedded_systems_dir
+
+        try:
+            folder = embedded_systems_dir()
+        except Exception:  # no embedded corpus: the default GPU
+            return None
+    else:
+        folder = Path(systems_dir)
+    return folder / f"{system}.yaml"
+
+
 @functools.lru_cache(maxsize=64)
 def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
     """The GPU of ``system`` from ``{systems_dir}/{system}.yaml`` (default: the embedded corpus)."""
@@ -125,16 +142,7 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
     node: dict[str, Any] = {}
     misc: dict[str, Any] = {}
     if system:
-        if systems_dir is None:
-            from .catalog import embedded_systems_dir
-
-            try:
-                folder = embedded_systems_dir()
-            except Exception:  # no embedded corpus: fall back to the default
-                folder = None
-        else:
-            folder = Path(systems_dir)
-        path = folder / f"{system}.yaml" if folder is not None else None
+        path = spec_file(system, systems_dir)
         if path is not None and path.is_file():
             doc = spec_document(path.read_text())
             if doc is not None:

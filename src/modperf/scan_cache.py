@@ -232,6 +232,7 @@ def decode(data: bytes, root: Path) -> Catalog | None:
                                      files={stem: path / name for stem, name in files},
                                      reuse={stem: Reuse(*r) for stem, *r in reuse}))
     catalog = Catalog.of_folders(root, folders, [])
+    catalog.watched = (doc["folders"], doc["sidecars"])
     _hand_over_documents(doc["documents"])
     return catalog
 
@@ -266,7 +267,8 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
     folders = list(scan_folders(root_path, problems, recorder))
     catalog = Catalog.of_folders(root_path, folders, problems)
     if recorder.why_not is None and not catalog.problems:
-        store(entry, encode(folders, recorder, root_path))
+        if store(entry, encode(folders, recorder, root_path)):
+            catalog.watched = (recorder.folders, recorder.sidecars)
     elif data is not None:  # a record that no longer holds: not read again by every process
         with contextlib.suppress(OSError):
             entry.unlink()

@@ -1,0 +1,115 @@
+"""What the persisted caches are keyed by, in the standard library only: the cache folder and
+its switches, a source file's identity, a digest of code, and where the corpus package lies.
+
+:mod:`modperf.cache` (keyed tables and grids), :mod:`modperf.scan_cache` (catalog scans) and
+:mod:`modperf.plans` (query plans) share these; the last runs in a process that has not
+imported numpy, pathlib or json, so nothing here does either.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+try:  # (hashlib's own import loads OpenSSL: ~2 ms of a cold process; blake2 is built in)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover  (a Python without the builtin module)
+    from hashlib import blake2b
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+CACHE_DIR_ENV = "MODPERF_CACHE_DIR"
+NO_CACHE_ENV = "MODPERF_NO_CACHE"
+DATA_PACKAGE = "aiconfigurator-core"
+
+
+def cache_folder() -> str:
+    """The cache folder (it may not exist yet): ``$MODPERF_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/modperf`` (an absolute one), else ``~/.cache/modperf``."""
+    explicit = os.environ.get(CACHE_DIR_ENV)
+    if explicit:
+        return os.path.expanduser(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and os.path.isabs(os.path.expanduser(xdg)):
+        return os.path.join(os.path.expanduser(xdg), "modperf")
+    return os.path.join(os.path.expanduser("~"), ".cache", "modperf")
+
+
+def enabled(requested: bool | None = None) -> bool:
+    """Whether to use the cache: ``requested`` when given, else on unless ``MODPERF_NO_CACHE``
+    is set to something other than ``0`` or empty."""
+    if requested is not None:
+        return requested
+    return os.environ.get(NO_CACHE_ENV, "").strip() in ("", "0")
+
+
+def source_digest(prefix: str, files: Sequence[str | os.PathLike[str]]) -> str:
+    """A digest of ``prefix`` and the name and bytes of each source file (a file that cannot
+    be read counts as such): what a cached thing's code fingerprint is made of."""
+    h = blake2b(digest_size=16)
+    h.update(prefix.encode())
+    for path in files:
+        h.update(os.path.basename(path).encode() + b"\0")
+        try:
+            with open(path, "rb") as f:
+                h.update(f.read())
+        except OSError:
+            h.update(b"?")
+    return h.hexdigest()
+
+
+def source_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """(absolute path, size, mtime_ns, content digest) of a table file; None when it cannot be
+    read (the loader then reports it). The content digest is the parquet footer's (its
+    metadata: schema, row groups, every column chunk's offsets, sizes and statistics; see
+    :mod:`modperf.cache`), or the whole file's for anything else."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            size = st.st_size
+            h = blake2b(digest_size=16)
+            if os.path.splitext(path)[1] == ".parquet" and size >= 12:
+                f.seek(size - 8)
+                tail = f.read(8)
+                footer_len = int.from_bytes(tail[:4], "little")
+                if tail[4:] == b"PAR1" and 0 < footer_len <= size - 12:
+                    f.seek(size - 8 - footer_len)
+                    h.update(f.read(footer_len))
+                else:  # not a parquet footer: the whole file
+                    f.seek(0)
+                    h.update(f.read())
+            else:
+                h.update(f.read())
+    except OSError:
+        return None
+    return {"path": os.path.realpath(path), "size": size, "mtime_ns": st.st_mtime_ns, "content": h.hexdigest()}
+
+
+_BASE: list[str | None] = []
+
+
+def distribution_base() -> str | None:
+    """Where the installed corpus package's files are relative to: the folder holding its
+    ``.dist-info`` metadata, found the way ``importlib.metadata`` finds it (the first entry of
+    ``sys.path`` that holds one), without importing ``importlib.metadata`` (tens of ms)."""
+    if _BASE:
+        return _BASE[0]
+    prefix = DATA_PACKAGE.replace("-", "_").lower() + "-"
+    found = None
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        if any(name.lower().startswith(prefix) and name.endswith(".dist-info") for name in names):
+            found = entry or "."
+            break
+    _BASE.append(found)
+    return found
+
+
+__all__ = ["CACHE_DIR_ENV", "DATA_PACKAGE", "NO_CACHE_ENV", "blake2b", "cache_folder", "distribution_base", "enabled",
+           "source_digest", "source_identity"]

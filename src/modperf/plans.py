@@ -1,0 +1,479 @@
+"""Persisted query plans: a process that asks one thing answers from disk without numpy.
+
+A single query is a plan and a point (:mod:`modperf.query`): the plan is everything resolved
+from the fields but the axis values (slot, model, shard, defaults, the bucket group and its
+grid); the point is the axis values. The query engine keeps plans in memory; this module keeps
+each one also on disk, in the user's cache folder (:mod:`modperf.cache`), so that the next
+process asking with the same fields (any axis values) reads the plan instead of importing
+numpy and pyarrow, scanning the data root and loading the table. What it reads is what a
+single answer reads: the template answer, each axis's checks, and the grid's lattice as plain
+lists (:class:`modperf.lattice.Lattice`); it answers through the engine's own fast path
+(:mod:`modperf.answer`), so the answer is the engine's, bit for bit.
+
+**One plan, one file** (``plans/<digest>.mpq``): :data:`MAGIC`, the plan as one ``marshal``
+value, and a BLAKE2b digest of everything before it. The name is a digest of the code
+fingerprint, the data root, the model-config folders and the fields that pick the plan (their
+names in order, and each non-axis field's value and type, as the engine's plan cache keys it).
+
+**Never stale.** A plan is used only when all that its answers depend on is as it was when it
+was written; anything else (a mismatch, a missing or unreadable file, a field of an unusual
+type) means the engine answers, as without this module:
+
+* the file is whole (its digest), of this format, this Python's ``marshal``, and modperf's code
+  (a digest of every module of the package but the CLI);
+* numpy's version file holds the same bytes (grids are numpy's arithmetic);
+* the data root's catalog: every folder the scan listed stats the same and every
+  ``reuse.yaml`` holds the same bytes (the rule of :mod:`modperf.scan_cache`, whose record the
+  plan was resolved under; kept once per scan in ``plans/scan-<digest>.mpd``);
+* the model configs: every file in the config folders has the same name, size and mtime;
+* every table file the plan was resolved from (the slot's file, any version the default
+  version looked at, and for quality notes the files compared) has the identity its keyed
+  table was cached under (path, size, mtime, footer digest; :mod:`modperf.cache`);
+* the system's GPU spec file holds the same bytes (the roofline behind the grid's fill).
+
+Those checks run once per process (per file); a plan read once is kept in memory.
+
+**What a plan answers.** A point whose axis values are plain ints inside their ranges and
+inside the grid's measured range: a measured cell, a blend between cells, a filled cell. A
+point outside the measured range (the roofline projects it), a refused one, a table whose
+backend picks the kernel per shape (a lane rule) and quality notes a group has (rather than
+none) are left to the engine. Plans are written by the engine's process after a plan's first
+answer (:meth:`PlanStore.persist`), through a temporary file renamed into place (a torn file
+fails its digest); they share the cache's size bound and ``modperf cache clear``.
+
+Imports: the standard library only, and of modperf :mod:`modperf.cache_keys`,
+:mod:`modperf.lattice` and :mod:`modperf.answer` (writing imports more, on use).
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+
+from ._meta import __version__
+from .answer import Answer, answer_at, read_point
+from .cache_keys import blake2b, cache_folder, distribution_base, source_identity
+from .lattice import Lattice
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
+
+FORMAT = 1
+MAGIC = b"MODPERF-PLAN\x00\x00\x00\x01"
+FOLDER = "plans"
+SUFFIX = ".mpq"
+SCAN_PREFIX = "scan-"
+CONTEXT_PREFIX = "context-"
+DEPENDS_SUFFIX = ".mpd"
+MODEL_CONFIGS_ENV = "MODPERF_MODEL_CONFIGS"
+_DIGEST = 32
+#: Field values a persisted plan is keyed by (their repr is exact and stable).
+_KEY_TYPES = (str, int, float, bool, type(None))
+#: Package folders whose modules do not decide an answer (the command line parses and prints).
+_NOT_ANSWERING = ("cli", "__pycache__")
+
+
+# --- reading and writing one file ------------------------------------------------------------
+
+
+def _frame(value: Any) -> bytes:
+    body = MAGIC + marshal.dumps(value)
+    return body + blake2b(body, digest_size=_DIGEST).digest()
+
+
+def _unframe(data: bytes) -> Any:
+    """The value of a whole, unaltered file of this format; None otherwise."""
+    if len(data) < len(MAGIC) + _DIGEST or not data.startswith(MAGIC):
+        return None
+    if blake2b(data[:-_DIGEST], digest_size=_DIGEST).digest() != data[-_DIGEST:]:
+        return None
+    try:
+        return marshal.loads(data[len(MAGIC):-_DIGEST])
+    except (ValueError, EOFError, TypeError):
+        return None
+
+
+def _read(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return _unframe(data)
+
+
+def _digest_text(*parts: Any) -> str:
+    return blake2b(repr(parts).encode(), digest_size=16).hexdigest()
+
+
+# --- what a plan depends on -------------------------------------------------------------------
+
+
+def code_fingerprint() -> str:
+    """A digest of modperf's version, this Python's ``marshal`` and every module of the package
+    but the command line: any change to the code that resolves, keys, fills or answers makes
+    every plan a miss."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = []
+    for folder, dirs, names in os.walk(here):
+        dirs[:] = sorted(d for d in dirs if d not in _NOT_ANSWERING)
+        files += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".py")]
+    h = blake2b(digest_size=16)
+    h.update(f"{__version__}\0{FORMAT}\0{sys.version}\0{marshal.version}\0".encode())
+    for path in files:
+        h.update(os.path.relpath(path, here).encode() + b"\0")
+        with open(path, "rb") as f:
+            h.update(f.read())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def numpy_fingerprint() -> str | None:
+    """The digest of the version file of the numpy this interpreter would import (found the
+    way the import finds it, without importing it); None when there is none."""
+    from importlib.machinery import PathFinder
+
+    spec = PathFinder.find_spec("numpy")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        try:
+            with open(os.path.join(folder, "version.py"), "rb") as f:
+                return f"{folder}\0" + blake2b(f.read(), digest_size=16).hexdigest()
+        except OSError:
+            continue
+    return None
+
+
+def config_folders(model_configs: Sequence[str | os.PathLike[str]] | None) -> list[str] | None:
+    """The model-config folders a default registry reads (:meth:`ModelRegistry.default`), in
+    order, or None where they cannot be named without the registry (then no plan is used)."""
+    base = distribution_base()
+    if base is None:
+        return None
+    folders = [os.path.join(base, "aiconfigurator_core", "model_configs")]
+    env = os.environ.get(MODEL_CONFIGS_ENV)
+    if env:
+        folders += [os.path.expanduser(p) for p in env.split(os.pathsep) if p]
+    folders += [os.path.expanduser(os.fspath(p)) for p in (model_configs or [])]
+    return folders
+
+
+def configs_fingerprint(folders: list[str]) -> str | None:
+    """A digest of every file's name, size and mtime in the config folders; None when one
+    cannot be listed (the registry then reports it)."""
+    h = blake2b(digest_size=16)
+    for folder in folders:
+        h.update(f"{os.path.abspath(folder)}\0".encode())
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return None
+        for name in names:
+            try:
+                st = os.stat(os.path.join(folder, name))
+            except OSError:
+                return None
+            h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def scan_current(depends: Any, root: str) -> bool:
+    """Whether every folder of a remembered scan stats the same and every ``reuse.yaml`` holds
+    the same bytes (:mod:`modperf.scan_cache`'s rule)."""
+    scan_root, folders, sidecars = depends
+    if scan_root != root:
+        return False
+    join = os.path.join
+    try:
+        for rel, key in folders:
+            st = os.stat(join(root, rel) if rel else root)
+            if [st.st_dev, st.st_ino, st.st_mode, st.st_mtime_ns, st.st_ctime_ns] != key:
+                return False
+        for rel, digest in sidecars:
+            with open(join(root, rel), "rb") as f:
+                if blake2b(f.read(), digest_size=16).hexdigest() != digest:
+                    return False
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
+def file_digest(path: str | None) -> str | None:
+    """The digest of a file's bytes; None for no file or one that cannot be read."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return blake2b(f.read(), digest_size=16).hexdigest()
+    except OSError:
+        return None
+
+
+# --- the plans ----------------------------------------------------------------------------------
+
+
+class StoredPlan:
+    """A plan read from disk: what :func:`modperf.answer.answer_at` reads, and whether the
+    group has quality notes (``quality``: ``"none"``, ``"notes"``, or ``"unknown"`` where the
+    writer did not look)."""
+
+    __slots__ = ("axis_checks", "echoed", "extrapolation_model", "grid", "quality", "template")
+
+    def __init__(self, template: Answer, axis_checks: Any, echoed: Any, grid: Lattice, extrapolation_model: str,
+                 quality: str) -> None:
+        self.template = template
+        self.axis_checks = axis_checks
+        self.echoed = echoed
+        self.grid = grid
+        self.extrapolation_model = extrapolation_model
+        self.quality = quality
+
+
+class PlanStore:
+    """The persisted plans of one database (data root, model-config folders) in one cache
+    folder: :meth:`answer` reads them, :meth:`persist` writes them."""
+
+    def __init__(self, root: str, folders: list[str], cache: str) -> None:
+        self.root = root
+        self.config_folders = folders
+        self.folder = os.path.join(cache, FOLDER)
+        self._code: str | None = None
+        self._context: Any = None  # (axis names,) of this code, read once
+        self._checked: dict[Any, bool] = {}  # what the checks found, once per process
+        #: per tuple of field names: (positions of the non-axis fields, the plans by key)
+        self._by_names: dict[tuple[Any, ...], tuple[tuple[int, ...], dict[Any, StoredPlan | None]]] = {}
+
+    @classmethod
+    def open(cls, data_root: str | os.PathLike[str] | None,
+             model_configs: Sequence[str | os.PathLike[str]] | None) -> PlanStore | None:
+        """The store of a database, or None where its data root or config folders are not
+        plain folders named without the catalog (the database then opens as without plans,
+        and reports what is wrong as it always did)."""
+        chosen = data_root if data_root is not None else os.environ.get("MODPERF_DATA_ROOT") or None
+        if chosen is None:
+            base = distribution_base()
+            if base is None:
+                return None
+            root = os.path.join(base, "aiconfigurator_core", "systems", "data")
+        else:
+            root = os.path.expanduser(os.fspath(chosen))
+        folders = config_folders(model_configs)
+        if folders is None or not os.path.isdir(root) or not all(os.path.isdir(f) for f in folders):
+            return None
+        return cls(os.path.abspath(root), folders, cache_folder())
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def code(self) -> str:
+        if self._code is None:
+            self._code = code_fingerprint()
+        return self._code
+
+    def _context_names(self) -> frozenset[str] | None:
+        if self._context is None:
+            found = _read(os.path.join(self.folder, CONTEXT_PREFIX + self.code() + DEPENDS_SUFFIX))
+            self._context = (frozenset(found[1]),) if type(found) is tuple and found[0] == self.code() else ()
+        return self._context[0] if self._context else None
+
+    def _key(self, fields: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[Any, StoredPlan | None], Any] | None:
+        names = tuple(fields)
+        by_names = self._by_names.get(names)
+        if by_names is None:
+            axes = self._context_names()
+            if axes is None:
+                return None
+            by_names = self._by_names[names] = (tuple(i for i, n in enumerate(names) if n not in axes), {})
+        positions, plans = by_names
+        values = list(fields.values())
+        key = tuple((values[i], type(values[i]).__name__) for i in positions)
+        for value, _ in key:
+            if type(value) not in _KEY_TYPES:
+                return None
+        return names, plans, key
+
+    def answer(self, fields: Mapping[str, Any], quality: bool) -> Answer | None:
+        """The answer from a persisted plan, or None where there is none that holds for these
+        fields (the engine answers then)."""
+        found = self._key(fields)
+        if found is None:
+            return None
+        names, plans, key = found
+        if key in plans:
+            plan = plans[key]
+        else:
+            plan = plans[key] = self._load(names, key)
+        if plan is None or (quality and plan.quality != "none"):
+            return None
+        read = read_point(plan.axis_checks, fields)
+        if read is None or not plan.grid.inside(read[0]):
+            return None
+        return answer_at(plan, *read)
+
+    def _path(self, names: tuple[Any, ...], key: Any) -> str:
+        return os.path.join(self.folder, _digest_text(self.code(), self.root, self.config_folders, names, key) + SUFFIX)
+
+    def _load(self, names: tuple[Any, ...], key: Any) -> StoredPlan | None:
+        path = self._path(names, key)
+        doc = _read(path)
+        if type(doc) is not dict:
+            return None
+        try:
+            if doc["identity"] != (FORMAT, self.code(), self.root, self.config_folders, names, key) \
+                    or not self._holds(doc):
+                return None
+            template = object.__new__(Answer)
+            template.__dict__.update(doc["template"])
+            plan = StoredPlan(template, doc["axis_checks"], doc["echoed"], Lattice.from_plain(doc["lattice"]),
+                              doc["extrapolation_model"], doc["quality"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None
+        try:  # noqa: SIM105  (contextlib: a module more for a cold process)
+            os.utime(path)  # used now: the cache's size bound removes the files used longest ago
+        except OSError:
+            pass
+        return plan
+
+    def _once(self, what: Any, check: Callable[[], bool]) -> bool:
+        found = self._checked.get(what)
+        if found is None:
+            found = self._checked[what] = bool(check())
+        return found
+
+    def _holds(self, doc: dict[str, Any]) -> bool:
+        """Whether everything the plan depends on is as it was written (module doc)."""
+        if not self._once("numpy", lambda: numpy_fingerprint() == doc["numpy"]) \
+                or not self._once(("configs", doc["configs"]),
+                                  lambda: configs_fingerprint(self.config_folders) == doc["configs"]):
+            return False
+        scan = doc["scan"]
+
+        def scan_holds() -> bool:
+            depends = _read(os.path.join(self.folder, SCAN_PREFIX + scan + DEPENDS_SUFFIX))
+            return depends is not None and _digest_text(depends) == scan and scan_current(depends, self.root)
+
+        if not self._once(("scan", scan), scan_holds):
+            return False
+        for source in doc["sources"]:
+            if not self._once(("source", source), lambda s=source: _identity_tuple(source_identity(s[0])) == s):  # type: ignore[misc]
+                return False
+        spec_path, spec_digest = doc["spec"]
+        return self._once(("spec", spec_path, spec_digest), lambda: file_digest(spec_path) == spec_digest)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def persist(self, fields: Mapping[str, Any], plan: Any, tables: Sequence[Any], quality: str,
+                watched: Any, axis_names: frozenset[str], spec_path: str | None) -> bool:
+        """Write ``plan`` (the engine's, after its first answer) for the next process; False
+        where it cannot hold (module doc: what it needs) or cannot be written. ``tables``: the
+        keyed tables its resolution (and quality notes) loaded, None for one that failed;
+        ``watched``: (folders, sidecars) of the catalog scan's record."""
+        try:
+            return self._persist(fields, plan, tables, quality, watched, axis_names, spec_path)
+        except Exception as exc:  # a plan that cannot be written is no plan, never an error
+            from .cache import _note
+
+            _note(f"query plan not written ({self.folder}): {getattr(exc, 'detail', None) or exc}")
+            return False
+
+    def _persist(self, fields: Mapping[str, Any], plan: Any, tables: Sequence[Any], quality: str, watched: Any,
+                 axis_names: frozenset[str], spec_path: str | None) -> bool:
+        if watched is None or plan.lanes is not None or not tables:
+            return False
+        sources: set[tuple[Any, ...]] = set()
+        for keyed in tables:
+            if keyed is None or keyed.cache_source is None:  # failed, or not what the cache holds
+                return False
+            sources.add((keyed.cache_source["path"], keyed.cache_source["size"], keyed.cache_source["mtime_ns"],
+                         keyed.cache_source["content"]))
+        context = (self.code(), tuple(sorted(axis_names)))
+        if self._context_names() != frozenset(axis_names):
+            _write(os.path.join(self.folder, CONTEXT_PREFIX + self.code() + DEPENDS_SUFFIX), _frame(context))
+            self._context = (frozenset(axis_names),)
+        found = self._key(fields)
+        if found is None:
+            return False
+        names, _, key = found
+        depends = (self.root, [(rel, list(st)) for rel, st in watched[0]], [(rel, d) for rel, d in watched[1]])
+        scan = _digest_text(depends)
+        scan_file = os.path.join(self.folder, SCAN_PREFIX + scan + DEPENDS_SUFFIX)
+        if not _same(_read(scan_file), depends):
+            _write(scan_file, _frame(depends))
+        numpy_fp = numpy_fingerprint()
+        configs = configs_fingerprint(self.config_folders)
+        if numpy_fp is None or configs is None:
+            return False
+        doc = {
+            "identity": (FORMAT, self.code(), self.root, self.config_folders, names, key),
+            "numpy": numpy_fp, "configs": configs, "scan": scan, "sources": sorted(sources),
+            "spec": (spec_path, file_digest(spec_path)),
+            "template": dict(plan.template.__dict__), "axis_checks": plan.axis_checks, "echoed": plan.echoed,
+            "lattice": plan.grid.plain_parts(), "extrapolation_model": plan.extrapolation_model, "quality": quality,
+        }
+        data = _frame(doc)  # (raises ValueError on a value marshal cannot hold: no plan then)
+        if not _same(_unframe(data), doc):  # every value comes back as it was, types included
+            return False
+        path = self._path(names, key)
+        try:
+            with open(path, "rb") as f:
+                if f.read() == data:
+                    return True
+        except OSError:
+            pass
+        _write(path, data)
+        from pathlib import Path
+
+        from .cache import evict
+
+        evict(Path(self.folder), keep=Path(path), suffix=SUFFIX)
+        return True
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same value of the same types throughout (NaN is NaN):
+    what marshal must give back for a plan to be written (it writes a numpy scalar as bytes)."""
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is float:
+        return a == b or (a != a and b != b)
+    if kind is tuple or kind is list:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if kind is dict:
+        return len(a) == len(b) and all(_same(k, j) and _same(v, w) for (k, v), (j, w) in zip(a.items(), b.items()))
+    return bool(a == b)
+
+
+def _identity_tuple(identity: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    if identity is None:
+        return None
+    return (identity["path"], identity["size"], identity["mtime_ns"], identity["content"])
+
+
+def _write(path: str, data: bytes) -> None:
+    """A temporary file beside ``path`` renamed into place (no fsync: a torn file fails its
+    digest and is a miss)."""
+    from . import atomic
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    from pathlib import Path
+
+    temp = os.path.join(os.path.dirname(path), atomic._temp_prefix(Path(path)) + os.urandom(6).hex()
+                        + atomic.TMP_SUFFIX)
+    try:
+        with open(temp, "xb") as handle:
+            handle.write(data)
+        os.replace(temp, path)
+        temp = ""
+    finally:
+        if temp:
+            try:  # noqa: SIM105  (as above)
+                os.unlink(temp)
+            except OSError:
+                pass
+
+
+__all__ = ["FOLDER", "MAGIC", "SUFFIX", "PlanStore", "StoredPlan", "code_fingerprint"]

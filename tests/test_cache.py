@@ -30,6 +30,10 @@ POINTS = [{"batch_size": 4, "isl": 1024}, {"batch_size": 3, "isl": 1500}, {"batc
 
 @pytest.fixture
 def root(tmp_path: Path, db: modperf.Database) -> Path:
+    return copy_root(tmp_path, db)
+
+
+def copy_root(tmp_path: Path, db: modperf.Database) -> Path:
     """A data root holding one real table (a writable copy of the corpus's file)."""
     ref = db.ref(*SLOT)
     out = tmp_path / "root" / ref.system / ref.family_dir / ref.backend / ref.version / ref.path.name
@@ -258,7 +262,9 @@ def test_cache_info_and_clear_cli(cache_dir: Path, root: Path) -> None:
     assert cleared.returncode == 0, cleared.stderr
     assert json.loads(cleared.stdout) == {"location": str(cache_dir), "removed": 1, "bytes": found["bytes"],
                                           "catalogs_removed": len(found["catalogs"]), "grids_removed": 1,
-                                          "grid_bytes_removed": found["grids"]["bytes"]}
+                                          "grid_bytes_removed": found["grids"]["bytes"],
+                                          "plans_removed": found["plans"]["count"],
+                                          "plan_bytes_removed": found["plans"]["bytes"]}
     assert entry_files(cache_dir) == [] and grid_files(cache_dir) == []
     after = json.loads(run_cli(["cache", "info", "--json"]).stdout)
     assert after["count"] == 0 and after["grids"] == {"count": 0, "bytes": 0}

@@ -67,7 +67,17 @@ import numpy as np
 from . import atomic
 from ._meta import __version__
 from .buckets import Agreement, BucketColumns, KeyedTable
-from .cache_keys import CACHE_DIR_ENV, NO_CACHE_ENV, cache_folder, enabled, source_digest, source_identity
+from .cache_keys import (
+    CACHE_DIR_ENV,
+    NO_CACHE_ENV,
+    PLAN_DEPENDS_SUFFIX,
+    PLAN_SUFFIX,
+    PLANS_FOLDER,
+    cache_folder,
+    enabled,
+    source_digest,
+    source_identity,
+)
 from .jsonio import dumps
 
 if TYPE_CHECKING:
@@ -551,6 +561,9 @@ class CacheInfo:
     #: The grid files kept beside the entries (their count and bytes).
     grids: int = 0
     grid_bytes: int = 0
+    #: The persisted query plans (modperf.plans) and what they depend on: count and bytes.
+    plans: int = 0
+    plan_bytes: int = 0
 
     @property
     def bytes(self) -> int:
@@ -560,7 +573,8 @@ class CacheInfo:
         return {"location": str(self.location), "exists": self.exists, "enabled": self.enabled,
                 "entries": [e.to_dict() for e in self.entries], "count": len(self.entries), "bytes": self.bytes,
                 "notes": list(self.notes), "catalogs": [r.to_dict() for r in self.catalogs],
-                "grids": {"count": self.grids, "bytes": self.grid_bytes}}
+                "grids": {"count": self.grids, "bytes": self.grid_bytes},
+                "plans": {"count": self.plans, "bytes": self.plan_bytes}}
 
 
 def _entry_files(folder: Path, suffix: str = SUFFIX) -> Iterator[Path]:
@@ -593,7 +607,19 @@ def info(folder: Path | None = None) -> CacheInfo:
         with contextlib.suppress(OSError):
             grid_bytes += path.stat().st_size
             grids += 1
-    return CacheInfo(folder, folder.is_dir(), enabled(), entries, list(notes), records(folder), grids, grid_bytes)
+    plans = plan_bytes = 0
+    for path in _plan_files(folder):
+        with contextlib.suppress(OSError):
+            plan_bytes += path.stat().st_size
+            plans += path.name.endswith(PLAN_SUFFIX)
+    return CacheInfo(folder, folder.is_dir(), enabled(), entries, list(notes), records(folder), grids, grid_bytes,
+                     plans, plan_bytes)
+
+
+def _plan_files(folder: Path) -> list[Path]:
+    """The query plans and their dependency files (modperf.plans) in a cache folder."""
+    plans = folder / PLANS_FOLDER
+    return [*_entry_files(plans, PLAN_SUFFIX), *_entry_files(plans, PLAN_DEPENDS_SUFFIX)]
 
 
 def clear(folder: Path | None = None) -> CacheInfo:
@@ -606,6 +632,8 @@ def clear(folder: Path | None = None) -> CacheInfo:
     remove_files([e.file for e in removed.entries], "a cache entry", folder, SUFFIX)
     clear_scans(folder)
     remove_files(list(_entry_files(folder / GRIDS, GRID_SUFFIX)), "a cached grid", folder / GRIDS, GRID_SUFFIX)
+    remove_files(_plan_files(folder), "a query plan", folder / PLANS_FOLDER, PLAN_SUFFIX)
+    remove_files([], "a query plan", folder / PLANS_FOLDER, PLAN_DEPENDS_SUFFIX)
     return removed
 
 

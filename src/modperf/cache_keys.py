@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 CACHE_DIR_ENV = "MODPERF_CACHE_DIR"
 NO_CACHE_ENV = "MODPERF_NO_CACHE"
 DATA_PACKAGE = "aiconfigurator-core"
+#: Where modperf.plans keeps query plans in the cache folder, and their files' suffixes (the
+#: plans, and what they depend on): modperf.cache lists and clears them.
+PLANS_FOLDER, PLAN_SUFFIX, PLAN_DEPENDS_SUFFIX = "plans", ".mpq", ".mpd"
 
 
 def cache_folder() -> str:

@@ -53,7 +53,15 @@ import sys
 
 from ._meta import __version__
 from .answer import Answer, answer_at, read_point
-from .cache_keys import blake2b, cache_folder, distribution_base, source_identity
+from .cache_keys import (
+    PLAN_DEPENDS_SUFFIX,
+    PLAN_SUFFIX,
+    PLANS_FOLDER,
+    blake2b,
+    cache_folder,
+    distribution_base,
+    source_identity,
+)
 from .lattice import Lattice
 
 TYPE_CHECKING = False
@@ -63,11 +71,11 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 MAGIC = b"MODPERF-PLAN\x00\x00\x00\x01"
-FOLDER = "plans"
-SUFFIX = ".mpq"
+FOLDER = PLANS_FOLDER
+SUFFIX = PLAN_SUFFIX
 SCAN_PREFIX = "scan-"
 CONTEXT_PREFIX = "context-"
-DEPENDS_SUFFIX = ".mpd"
+DEPENDS_SUFFIX = PLAN_DEPENDS_SUFFIX
 MODEL_CONFIGS_ENV = "MODPERF_MODEL_CONFIGS"
 _DIGEST = 32
 #: Field values a persisted plan is keyed by (their repr is exact and stable).

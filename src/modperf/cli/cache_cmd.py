@@ -43,6 +43,9 @@ def info_command(json_out: JsonOpt = False) -> None:
     console.print(grid)
     if found.grids:
         console.print(f"{found.grids} grid file(s) beside the entries ({_size(found.grid_bytes)})", soft_wrap=True)
+    if found.plans:
+        console.print(f"{found.plans} query plan(s) ({_size(found.plan_bytes)}, with what they depend on)",
+                      soft_wrap=True)
     if found.catalogs:
         console.print(f"{len(found.catalogs)} catalog scan(s) remembered "
                       f"({_size(sum(r.bytes for r in found.catalogs))}): "
@@ -54,13 +57,15 @@ def info_command(json_out: JsonOpt = False) -> None:
 @cache_app.command("clear")
 @handles_errors
 def clear_command(json_out: JsonOpt = False) -> None:
-    """Remove every entry, grid file and catalog scan (they are rebuilt on the next query that needs them)."""
+    """Remove every entry, grid file, query plan and catalog scan (each is made again when a query needs it)."""
     removed = cache.clear()
     if json_out:
         emit_json({"location": str(removed.location), "removed": len(removed.entries), "bytes": removed.bytes,
                    "catalogs_removed": len(removed.catalogs), "grids_removed": removed.grids,
-                   "grid_bytes_removed": removed.grid_bytes})
+                   "grid_bytes_removed": removed.grid_bytes, "plans_removed": removed.plans,
+                   "plan_bytes_removed": removed.plan_bytes})
         return
     console.print(f"removed {len(removed.entries)} entries ({_size(removed.bytes)}), {removed.grids} grid file(s) "
-                  f"({_size(removed.grid_bytes)}) and {len(removed.catalogs)} catalog scan(s) from "
+                  f"({_size(removed.grid_bytes)}), {removed.plans} query plan(s) ({_size(removed.plan_bytes)}) and "
+                  f"{len(removed.catalogs)} catalog scan(s) from "
                   f"{escape(str(removed.location))}", soft_wrap=True)

@@ -29,8 +29,12 @@ def fixtures() -> Path:
 
 @pytest.fixture(scope="session")
 def db() -> modperf.Database:
-    """The embedded corpus, loaded lazily (one instance for the whole session)."""
-    return modperf.open()
+    """The embedded corpus, loaded lazily (one instance for the whole session). Its catalog is
+    scanned now, while the cache folder is the session's (a test's own cache folder must not
+    receive the session's scan record)."""
+    database = modperf.open()
+    assert database.catalog is not None
+    return database
 
 
 @pytest.fixture(scope="session")

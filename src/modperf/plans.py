@@ -245,8 +245,15 @@ class PlanStore:
     """The persisted plans of one database (data root, model-config folders) in one cache
     folder: :meth:`answer` reads them, :meth:`persist` writes them."""
 
-    def __init__(self, root: str, folders: list[str], cache: str) -> None:
+    #: Plans read in one process at most (then the memo starts over; the files stay).
+    MEMO = 4096
+
+    def __init__(self, root: str, given: str | None, folders: list[str], cache: str) -> None:
         self.root = root
+        #: The data root as given (None: the embedded corpus): an answer names its files by the
+        #: paths a scan of the root as given builds, so a plan is kept per root as given too.
+        self.given = given
+        self._where = (root, given)
         self.config_folders = folders
         self.folder = os.path.join(cache, FOLDER)
         self._code: str | None = None
@@ -262,6 +269,7 @@ class PlanStore:
         plain folders named without the catalog (the database then opens as without plans,
         and reports what is wrong as it always did)."""
         chosen = data_root if data_root is not None else os.environ.get("MODPERF_DATA_ROOT") or None
+        given = None if chosen is None else os.fspath(chosen)
         if chosen is None:
             base = distribution_base()
             if base is None:
@@ -272,7 +280,7 @@ class PlanStore:
         folders = config_folders(model_configs)
         if folders is None or not os.path.isdir(root) or not all(os.path.isdir(f) for f in folders):
             return None
-        return cls(os.path.abspath(root), folders, cache_folder())
+        return cls(os.path.abspath(root), given, folders, cache_folder())
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -291,6 +299,8 @@ class PlanStore:
         names = tuple(fields)
         by_names = self._by_names.get(names)
         if by_names is None:
+            if len(self._by_names) >= self.MEMO:
+                self._by_names.clear()
             axes = self._context_names()
             if axes is None:
                 return None
@@ -313,6 +323,8 @@ class PlanStore:
         if key in plans:
             plan = plans[key]
         else:
+            if len(plans) >= self.MEMO:
+                plans.clear()
             plan = plans[key] = self._load(names, key)
         if plan is None or (quality and plan.quality != "none"):
             return None
@@ -322,7 +334,8 @@ class PlanStore:
         return answer_at(plan, *read)
 
     def _path(self, names: tuple[Any, ...], key: Any) -> str:
-        return os.path.join(self.folder, _digest_text(self.code(), self.root, self.config_folders, names, key) + SUFFIX)
+        name = _digest_text(self.code(), self._where, self.config_folders, names, key)
+        return os.path.join(self.folder, name + SUFFIX)
 
     def _load(self, names: tuple[Any, ...], key: Any) -> StoredPlan | None:
         path = self._path(names, key)
@@ -330,7 +343,7 @@ class PlanStore:
         if type(doc) is not dict:
             return None
         try:
-            if doc["identity"] != (FORMAT, self.code(), self.root, self.config_folders, names, key) \
+            if doc["identity"] != (FORMAT, self.code(), self._where, self.config_folders, names, key) \
                     or not self._holds(doc):
                 return None
             template = object.__new__(Answer)
@@ -410,12 +423,13 @@ class PlanStore:
         scan_file = os.path.join(self.folder, SCAN_PREFIX + scan + DEPENDS_SUFFIX)
         if not _same(_read(scan_file), depends):
             _write(scan_file, _frame(depends))
+            _bound(self.folder, scan_file, DEPENDS_SUFFIX)
         numpy_fp = numpy_fingerprint()
         configs = configs_fingerprint(self.config_folders)
         if numpy_fp is None or configs is None:
             return False
         doc = {
-            "identity": (FORMAT, self.code(), self.root, self.config_folders, names, key),
+            "identity": (FORMAT, self.code(), self._where, self.config_folders, names, key),
             "numpy": numpy_fp, "configs": configs, "scan": scan, "sources": sorted(sources),
             "spec": (spec_path, file_digest(spec_path)),
             "template": dict(plan.template.__dict__), "axis_checks": plan.axis_checks, "echoed": plan.echoed,
@@ -432,11 +446,7 @@ class PlanStore:
         except OSError:
             pass
         _write(path, data)
-        from pathlib import Path
-
-        from .cache import evict
-
-        evict(Path(self.folder), keep=Path(path), suffix=SUFFIX)
+        _bound(self.folder, path, SUFFIX)
         return True
 
 
@@ -459,6 +469,15 @@ def _identity_tuple(identity: dict[str, Any] | None) -> tuple[Any, ...] | None:
     if identity is None:
         return None
     return (identity["path"], identity["size"], identity["mtime_ns"], identity["content"])
+
+
+def _bound(folder: str, keep: str, suffix: str) -> None:
+    """The cache's size bound over the files of one kind in the plans folder (modperf.cache)."""
+    from pathlib import Path
+
+    from .cache import evict
+
+    evict(Path(folder), keep=Path(keep), suffix=suffix)
 
 
 def _write(path: str, data: bytes) -> None:

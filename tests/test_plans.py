@@ -300,3 +300,21 @@ def test_cache_info_counts_plans_and_clear_removes_them(cache_dir: Path, root: P
     assert cleared.returncode == 0, cleared.stderr
     assert json.loads(cleared.stdout)["plans_removed"] == 1
     assert not list((cache_dir / plans.FOLDER).iterdir())
+
+
+def test_a_root_given_otherwise_has_its_own_plans(cache_dir: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers name their files by the paths a scan of the root as given builds: a plan made
+    under the absolute root does not answer for the same root given relative to the working
+    folder (nor the other way round)."""
+    fields = {**MLA, **POINTS[0]}
+    absolute = modperf.open(root).answer(fields, quality=False)
+    monkeypatch.chdir(root.parent)
+    want = modperf.open(root.name, cache=False).answer(fields, quality=False)
+    assert want.files != absolute.files and want.files[0].startswith(root.name + os.sep)
+    reader = modperf.open(root.name)
+    assert reader._plans is not None and reader._plans.answer(fields, False) is None
+    assert reader.answer(fields, quality=False) == want
+    again = modperf.open(root.name)
+    assert again._plans is not None and again._plans.answer(fields, False) == want
+    by_path = modperf.open(root)
+    assert by_path._plans is not None and by_path._plans.answer(fields, False) == absolute

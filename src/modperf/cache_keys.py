@@ -91,6 +91,26 @@ def source_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return {"path": os.path.realpath(path), "size": size, "mtime_ns": st.st_mtime_ns, "content": h.hexdigest()}
 
 
+def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any]) -> bool:
+    """Whether a scan of ``root`` now would depend on the same folders and sidecars: every
+    folder (relative to the root) stats the same (device, inode, mode, ``mtime_ns``,
+    ``ctime_ns``) and every ``reuse.yaml`` holds bytes of the same digest
+    (:mod:`modperf.scan_cache`'s rule, which :mod:`modperf.plans` keeps too)."""
+    join = os.path.join
+    try:
+        for rel, key in folders:
+            st = os.stat(join(root, rel) if rel else root)
+            if [st.st_dev, st.st_ino, st.st_mode, st.st_mtime_ns, st.st_ctime_ns] != list(key):
+                return False
+        for rel, digest in sidecars:
+            with open(join(root, rel), "rb") as f:
+                if blake2b(f.read(), digest_size=16).hexdigest() != digest:
+                    return False
+    except (OSError, TypeError, ValueError):
+        return False
+    return True
+
+
 _BASE: list[str | None] = []
 
 
@@ -115,4 +135,4 @@ def distribution_base() -> str | None:
 
 
 __all__ = ["CACHE_DIR_ENV", "DATA_PACKAGE", "NO_CACHE_ENV", "blake2b", "cache_folder", "distribution_base", "enabled",
-           "source_digest", "source_identity"]
+           "scan_unchanged", "source_digest", "source_identity"]

@@ -60,6 +60,7 @@ from .cache_keys import (
     blake2b,
     cache_folder,
     distribution_base,
+    scan_unchanged,
     source_identity,
 )
 from .lattice import Lattice
@@ -190,24 +191,13 @@ def configs_fingerprint(folders: list[str]) -> str | None:
 
 
 def scan_current(depends: Any, root: str) -> bool:
-    """Whether every folder of a remembered scan stats the same and every ``reuse.yaml`` holds
-    the same bytes (:mod:`modperf.scan_cache`'s rule)."""
-    scan_root, folders, sidecars = depends
-    if scan_root != root:
-        return False
-    join = os.path.join
+    """Whether a remembered scan's folders and ``reuse.yaml`` files are as they were
+    (:func:`modperf.cache_keys.scan_unchanged`)."""
     try:
-        for rel, key in folders:
-            st = os.stat(join(root, rel) if rel else root)
-            if [st.st_dev, st.st_ino, st.st_mode, st.st_mtime_ns, st.st_ctime_ns] != key:
-                return False
-        for rel, digest in sidecars:
-            with open(join(root, rel), "rb") as f:
-                if blake2b(f.read(), digest_size=16).hexdigest() != digest:
-                    return False
-    except (OSError, TypeError, ValueError):
+        scan_root, folders, sidecars = depends
+    except (TypeError, ValueError):
         return False
-    return True
+    return scan_root == root and scan_unchanged(root, folders, sidecars)
 
 
 def file_digest(path: str | None) -> str | None:

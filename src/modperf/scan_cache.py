@@ -47,6 +47,7 @@ from typing import Any, BinaryIO
 from . import atomic
 from . import cache as keyed_cache
 from ._meta import __version__
+from .cache_keys import scan_unchanged
 from .catalog import Catalog, Reuse, VersionFolder, embedded_systems_dir, resolve_data_root, scan_folders
 from .errors import ModperfError
 from .jsonio import dumps
@@ -197,19 +198,7 @@ def encode(catalog_folders: list[VersionFolder], recorder: Recorder, root: Path)
 
 def _current(doc: dict[str, Any], root: Path) -> bool:
     """Whether a scan of ``root`` now would depend on the same folders and sidecars."""
-    base = str(root)
-    join = os.path.join
-    try:
-        for rel, key in doc["folders"]:
-            if _stat_key(os.stat(join(base, rel) if rel else base)) != key:
-                return False
-        for rel, digest in doc["sidecars"]:
-            with open(join(base, rel), "rb") as f:
-                if _sidecar_digest(f.read()) != digest:
-                    return False
-    except OSError:
-        return False
-    return True
+    return scan_unchanged(str(root), doc["folders"], doc["sidecars"])
 
 
 def decode(data: bytes, root: Path) -> Catalog | None:

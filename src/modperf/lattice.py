@@ -145,7 +145,10 @@ class Lattice:
     def inside(self, point: Sequence[int]) -> bool:
         """Whether ``point`` lies inside the measured range of every axis (a lookup there needs
         no roofline)."""
-        return all(vals[0] <= x <= vals[-1] for x, vals in zip(point, self._values_py))
+        for x, vals in zip(point, self._values_py):  # noqa: SIM110  (a loop: no generator per answer)
+            if x < vals[0] or x > vals[-1]:
+                return False
+        return True
 
     # -- scalar lookup --------------------------------------------------------------------
 

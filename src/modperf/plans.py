@@ -50,6 +50,7 @@ from __future__ import annotations
 import marshal
 import os
 import sys
+from operator import itemgetter
 
 from ._meta import __version__
 from .answer import Answer, answer_at, read_point
@@ -249,8 +250,8 @@ class PlanStore:
         self._code: str | None = None
         self._context: Any = None  # (axis names,) of this code, read once
         self._checked: dict[Any, bool] = {}  # what the checks found, once per process
-        #: per tuple of field names: (positions of the non-axis fields, the plans by key)
-        self._by_names: dict[tuple[Any, ...], tuple[tuple[int, ...], dict[Any, StoredPlan | None]]] = {}
+        #: per tuple of field names: (how to read the non-axis values, the plans by key)
+        self._by_names: dict[tuple[Any, ...], tuple[Any, dict[Any, StoredPlan | None]]] = {}
 
     @classmethod
     def open(cls, data_root: str | os.PathLike[str] | None,
@@ -285,37 +286,50 @@ class PlanStore:
             self._context = (frozenset(found[1]),) if type(found) is tuple and found[0] == self.code() else ()
         return self._context[0] if self._context else None
 
-    def _key(self, fields: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[Any, StoredPlan | None], Any] | None:
-        names = tuple(fields)
+    def _names(self, names: tuple[Any, ...]) -> tuple[Callable[[Mapping[str, Any]], tuple[Any, ...]],
+                                                       dict[Any, StoredPlan | None]] | None:
+        """For one tuple of field names: how to read the values of the fields that are not
+        axes (in order), and the plans read so far by those values and their types."""
         by_names = self._by_names.get(names)
         if by_names is None:
-            if len(self._by_names) >= self.MEMO:
-                self._by_names.clear()
             axes = self._context_names()
             if axes is None:
                 return None
-            by_names = self._by_names[names] = (tuple(i for i, n in enumerate(names) if n not in axes), {})
-        positions, plans = by_names
-        values = list(fields.values())
-        key = tuple((values[i], type(values[i]).__name__) for i in positions)
-        for value, _ in key:
+            if len(self._by_names) >= self.MEMO:
+                self._by_names.clear()
+            keep = [n for n in names if n not in axes]
+            getter = itemgetter(*keep) if len(keep) >= 2 else lambda fields: tuple([fields[n] for n in keep])
+            by_names = self._by_names[names] = (getter, {})
+        return by_names
+
+    @staticmethod
+    def _file_key(values: tuple[Any, ...]) -> tuple[tuple[Any, str], ...] | None:
+        """The values with their types' names (what a plan's file is named by), or None where a
+        value is of a type whose text is not exact and stable."""
+        for value in values:
             if type(value) not in _KEY_TYPES:
                 return None
-        return names, plans, key
+        return tuple((value, type(value).__name__) for value in values)
 
     def answer(self, fields: Mapping[str, Any], quality: bool) -> Answer | None:
         """The answer from a persisted plan, or None where there is none that holds for these
         fields (the engine answers then)."""
-        found = self._key(fields)
-        if found is None:
+        names = tuple(fields)
+        by_names = self._by_names.get(names) or self._names(names)
+        if by_names is None:
             return None
-        names, plans, key = found
-        if key in plans:
+        getter, plans = by_names
+        values = getter(fields)
+        key = (values, tuple(map(type, values)))
+        try:
             plan = plans[key]
-        else:
+        except KeyError:
             if len(plans) >= self.MEMO:
                 plans.clear()
-            plan = plans[key] = self._load(names, key)
+            file_key = self._file_key(values)
+            plan = plans[key] = None if file_key is None else self._load(names, file_key)
+        except TypeError:  # an unhashable value
+            return None
         if plan is None or (quality and plan.quality != "none"):
             return None
         read = read_point(plan.axis_checks, fields)
@@ -404,10 +418,11 @@ class PlanStore:
         if self._context_names() != frozenset(axis_names):
             _write(os.path.join(self.folder, CONTEXT_PREFIX + self.code() + DEPENDS_SUFFIX), _frame(context))
             self._context = (frozenset(axis_names),)
-        found = self._key(fields)
-        if found is None:
+        names = tuple(fields)
+        by_names = self._names(names)
+        key = None if by_names is None else self._file_key(by_names[0](fields))
+        if key is None:
             return False
-        names, _, key = found
         depends = (self.root, [(rel, list(st)) for rel, st in watched[0]], [(rel, d) for rel, d in watched[1]])
         scan = _digest_text(depends)
         scan_file = os.path.join(self.folder, SCAN_PREFIX + scan + DEPENDS_SUFFIX)

@@ -318,3 +318,19 @@ def test_a_root_given_otherwise_has_its_own_plans(cache_dir: Path, root: Path, m
     assert again._plans is not None and again._plans.answer(fields, False) == want
     by_path = modperf.open(root)
     assert by_path._plans is not None and by_path._plans.answer(fields, False) == absolute
+
+
+def test_each_plan_is_checked_against_its_own_dependencies(cache_dir: Path, root: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checks run once per process, per value checked: a plan written under another numpy is
+    refused by a reader that has accepted one written under this numpy."""
+    here, other = {**MLA, **POINTS[0]}, {**MLA, "tp_size": 4, **POINTS[0]}
+    with monkeypatch.context() as patched:
+        patched.setattr(plans, "numpy_fingerprint", lambda: "another numpy")
+        modperf.open(root).answer(other, quality=False)
+    modperf.open(root).answer(here, quality=False)
+    reader = modperf.open(root)
+    assert reader._plans is not None
+    assert reader._plans.answer(here, False) is not None
+    assert reader._plans.answer(other, False) is None
+    assert reader.answer(other, quality=False) == modperf.open(root, cache=False).answer(other, quality=False)

@@ -370,7 +370,7 @@ class PlanStore:
 
     def _holds(self, doc: dict[str, Any]) -> bool:
         """Whether everything the plan depends on is as it was written (module doc)."""
-        if not self._once("numpy", lambda: numpy_fingerprint() == doc["numpy"]) \
+        if not self._once(("numpy", doc["numpy"]), lambda: numpy_fingerprint() == doc["numpy"]) \
                 or not self._once(("configs", doc["configs"]),
                                   lambda: configs_fingerprint(self.config_folders) == doc["configs"]):
             return False

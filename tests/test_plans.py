@@ -29,7 +29,7 @@ TABLES = [("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module"),
           ("h200_sxm", "sglang", "0.5.14", "context_attention"),
           ("h200_sxm", "sglang", "0.5.14", "generation_attention"),
           ("h200_sxm", "sglang", "0.5.14", "dsv4_csa_context_module"),
-          ("h100_sxm", "vllm", "0.14.0", "context_attention")]
+          ("h100_sxm", "vllm", "0.24.0", "context_attention")]
 
 
 #: A scan is remembered (and a plan written under it) only when no folder it lists changed within
@@ -83,6 +83,25 @@ def filled_cells(reference: modperf.Database, fields: dict[str, Any], count: int
     for flat in np.flatnonzero(grid.state.ravel() == EXTRAPOLATED_CELL)[:count]:
         at = np.unravel_index(int(flat), grid.shape)
         out.append({**fields, **{a: int(grid.values[i][at[i]]) for i, a in enumerate(grid.axes)}})
+    return out
+
+
+def noted(reference: modperf.Database, per_table: int = 6) -> list[dict[str, Any]]:
+    """Measured points that quality findings name (``modperf check --quality``), a few per
+    table of :data:`TABLES` that has them."""
+    out = []
+    for slot in TABLES:
+        keyed = reference.table(*slot)
+        engine = reference.queries
+        groups = engine.index(keyed).groups
+        found = []
+        for group, by_point in engine._whole_findings(keyed).items():
+            for b in groups[group]:
+                for p in range(int(keyed.offsets[b]), int(keyed.offsets[b + 1])):
+                    coords = tuple(int(keyed.axes[a][p]) for a in keyed.spec.axes)
+                    if (int(keyed.bucket_local[b]), coords) in by_point:
+                        found.append(point_fields(keyed, b, p))
+        out += found[:per_table]
     return out
 
 
@@ -334,3 +353,26 @@ def test_each_plan_is_checked_against_its_own_dependencies(cache_dir: Path, root
     assert reader._plans.answer(here, False) is not None
     assert reader._plans.answer(other, False) is None
     assert reader.answer(other, quality=False) == modperf.open(root, cache=False).answer(other, quality=False)
+
+
+def test_answers_with_quality_notes_from_plans_are_the_engines(cache_dir: Path) -> None:
+    """With quality notes on: a plan keeps its group's notes (or that it has none) and lists
+    those on the points each answer stands on, as the engine does."""
+    reference = modperf.open(cache=False)
+    asked = questions(reference) + noted(reference)
+    writer = modperf.open()
+    for fields in asked:
+        answered(writer, fields, quality=True)
+    reader = modperf.open()
+    assert reader._plans is not None
+    served = with_notes = 0
+    for fields in asked:
+        got = reader._plans.answer(fields, True)
+        want = answered(reference, fields, quality=True)
+        if got is None:
+            assert answered(reader, fields, quality=True) == want
+            continue
+        assert got == want and got.to_dict() == want.to_dict()
+        served += 1
+        with_notes += bool(got.quality)
+    assert served >= 250 and with_notes >= 1, (served, with_notes)

@@ -20,6 +20,9 @@ if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
 
     from .lattice import Lattice, Lookup
 
+#: The rank-local head count's field (modperf.families.base.HEADS is this one).
+HEADS = "num_heads"
+
 #: Answer's attributes in its constructor's order, with the default of each optional one (a
 #: callable: a new object per answer).
 _REQUIRED = ("latency_ms", "kind", "table", "system", "backend", "version", "native", "local", "locals_used",
@@ -203,6 +206,27 @@ def _between(plan: Any, point: list[int], cell: int) -> tuple[float, tuple[int, 
     return None  # (unreached: some axis missed)
 
 
+def quality_notes(plan: Any, found: tuple[dict[tuple[Any, ...], list[dict[str, Any]]], tuple[str, ...]],
+                  point: list[int], exact: bool) -> list[dict[str, Any]] | None:
+    """The quality findings (modperf.quality) on the measured points an answer at ``point``
+    stands on, from ``found``: the plan's group's findings by (heads, axis values) with the
+    table's axes. An exact answer stands on its own cell, any other on the measured corners of
+    its interpolation box (:meth:`Lattice.support_values`). ``plan`` gives ``grid``, ``local``
+    and ``echoed``."""
+    by_point, axes = found
+    if exact:
+        notes = by_point.get((plan.local, tuple([point[i] for _, i in plan.echoed])))
+        return list(notes) if notes else None
+    grid = plan.grid
+    at = [grid.axes.index(a) for a in axes]
+    heads_at = grid.axes.index(HEADS) if HEADS in grid.axes else -1
+    hits: list[dict[str, Any]] = []
+    for cell in grid.support_values(point):
+        heads = cell[heads_at] if heads_at >= 0 else plan.local
+        hits.extend(by_point.get((heads, tuple([cell[i] for i in at])), ()))
+    return hits or None
+
+
 def extrapolation_of(grid: Lattice, model: str, found: Lookup) -> dict[str, Any]:
     """How far an extrapolated answer (a lookup that spent some distance) reached, as the
     answer lists it; ``model`` names what the extrapolation holds (the plan's
@@ -211,4 +235,4 @@ def extrapolation_of(grid: Lattice, model: str, found: Lookup) -> dict[str, Any]
             "outside_axes": list(found.outside), "measured_range": grid.ranges(), "model": model}
 
 
-__all__ = ["Answer", "answer_at", "cell_of", "extrapolation_of", "read_point"]
+__all__ = ["HEADS", "Answer", "answer_at", "cell_of", "extrapolation_of", "quality_notes", "read_point"]

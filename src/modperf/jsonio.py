@@ -1,14 +1,29 @@
 """JSON as modperf writes it: strict RFC 8259 (a NaN or infinite float becomes null, never the
-``NaN`` token strict parsers reject), numpy scalars and arrays as plain numbers and lists."""
+``NaN`` token strict parsers reject), numpy scalars and arrays as plain numbers and lists.
+
+Neither numpy nor pathlib is imported here: a value of theirs exists only once its module is
+imported (so it is looked up in ``sys.modules``), and a process answering from a persisted
+plan (modperf.cli._single) writes its answer without importing either."""
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-from typing import Any
+import sys
 
-import numpy as np
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _numpy_types() -> tuple[Any, Any] | None:
+    np = sys.modules.get("numpy")
+    return None if np is None else (np.ndarray, np.generic)
+
+
+def _is_path(value: Any) -> bool:
+    pathlib = sys.modules.get("pathlib")
+    return pathlib is not None and isinstance(value, pathlib.PurePath)
 
 
 def plain(value: Any) -> Any:
@@ -22,18 +37,21 @@ def plain(value: Any) -> Any:
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [plain(v) for v in value]
-    if isinstance(value, np.ndarray):
+    numpy_types = _numpy_types()
+    if numpy_types is not None and isinstance(value, numpy_types[0]):
         return [plain(v) for v in value.tolist()]
-    if isinstance(value, np.generic):
+    if numpy_types is not None and isinstance(value, numpy_types[1]):
         return plain(value.item())
-    if isinstance(value, Path):
+    if _is_path(value):
         return str(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def _default(value: Any) -> Any:
     """What the encoder cannot write itself (numpy values, sets, paths), as :func:`plain` makes it."""
-    if isinstance(value, (np.ndarray, np.generic, Path, set, frozenset)):
+    numpy_types = _numpy_types()
+    if isinstance(value, (set, frozenset)) or (numpy_types is not None and isinstance(value, numpy_types)) \
+            or _is_path(value):
         return plain(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 

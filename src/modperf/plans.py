@@ -27,17 +27,19 @@ type) means the engine answers, as without this module:
   plan was resolved under; kept once per scan in ``plans/scan-<digest>.mpd``);
 * the model configs: every file in the config folders has the same name, size and mtime;
 * every table file the plan was resolved from (the slot's file, any version the default
-  version looked at, and for quality notes the files compared) has the identity its keyed
-  table was cached under (path, size, mtime, footer digest; :mod:`modperf.cache`);
+  version looked at, and where it keeps quality notes the files they compare with) has the
+  identity its keyed table was cached under (path, size, mtime, footer digest;
+  :mod:`modperf.cache`);
 * the system's GPU spec file holds the same bytes (the roofline behind the grid's fill).
 
 Those checks run once per process (per file); a plan read once is kept in memory.
 
 **What a plan answers.** A point whose axis values are plain ints inside their ranges and
 inside the grid's measured range: a measured cell, a blend between cells, a filled cell. A
-point outside the measured range (the roofline projects it), a refused one, a table whose
-backend picks the kernel per shape (a lane rule) and quality notes a group has (rather than
-none) are left to the engine. Plans are written by the engine's process after a plan's first
+point outside the measured range (the roofline projects it), a refused one, and a table whose
+backend picks the kernel per shape (a lane rule) are left to the engine; so are quality notes
+where the writer did not look them up (a plan keeps its group's notes, or that it has none,
+once an answer with notes was asked). Plans are written by the engine's process after a plan's first
 answer (:meth:`PlanStore.persist`), through a temporary file renamed into place (a torn file
 fails its digest); they share the cache's size bound and ``modperf cache clear``.
 
@@ -53,7 +55,7 @@ import sys
 from operator import itemgetter
 
 from ._meta import __version__
-from .answer import Answer, answer_at, read_point
+from .answer import Answer, answer_at, quality_notes, read_point
 from .cache_keys import (
     PLAN_DEPENDS_SUFFIX,
     PLAN_SUFFIX,
@@ -216,20 +218,24 @@ def file_digest(path: str | None) -> str | None:
 
 
 class StoredPlan:
-    """A plan read from disk: what :func:`modperf.answer.answer_at` reads, and whether the
-    group has quality notes (``quality``: ``"none"``, ``"notes"``, or ``"unknown"`` where the
-    writer did not look)."""
+    """A plan read from disk: what :func:`modperf.answer.answer_at` reads, and the group's
+    quality notes (``quality``: ``"none"``, ``"notes"`` with them in ``quality_found``, or
+    ``"unknown"`` where the writer did not look)."""
 
-    __slots__ = ("axis_checks", "echoed", "extrapolation_model", "grid", "quality", "template")
+    __slots__ = ("axis_checks", "echoed", "extrapolation_model", "grid", "local", "quality", "quality_found",
+                 "template")
 
     def __init__(self, template: Answer, axis_checks: Any, echoed: Any, grid: Lattice, extrapolation_model: str,
-                 quality: str) -> None:
+                 local: int | None, quality: str, quality_found: Any) -> None:
         self.template = template
         self.axis_checks = axis_checks
         self.echoed = echoed
         self.grid = grid
         self.extrapolation_model = extrapolation_model
+        self.local = local  # the heads coordinate where the grid has a heads axis
         self.quality = quality
+        #: with quality "notes": the group's findings by (heads, axis values), with the axes
+        self.quality_found = quality_found
 
 
 class PlanStore:
@@ -279,6 +285,11 @@ class PlanStore:
         if self._code is None:
             self._code = code_fingerprint()
         return self._code
+
+    def axis_names(self) -> frozenset[str] | None:
+        """The field names that are interpolation axes (the point, not the plan), as the code
+        that wrote the plans declares them; None before any plan of this code was written."""
+        return self._context_names()
 
     def _context_names(self) -> frozenset[str] | None:
         if self._context is None:
@@ -330,12 +341,18 @@ class PlanStore:
             plan = plans[key] = None if file_key is None else self._load(names, file_key)
         except TypeError:  # an unhashable value
             return None
-        if plan is None or (quality and plan.quality != "none"):
+        if plan is None:
+            return None
+        notes = quality and plan.quality != "none"
+        if notes and plan.quality != "notes":
             return None
         read = read_point(plan.axis_checks, fields)
         if read is None or not plan.grid.inside(read[0]):
             return None
-        return answer_at(plan, *read)
+        answer = answer_at(plan, *read)
+        if notes and answer is not None:
+            answer.quality = quality_notes(plan, plan.quality_found, read[0], answer.kind == "exact")
+        return answer
 
     def _path(self, names: tuple[Any, ...], key: Any) -> str:
         name = _digest_text(self.code(), self._where, self.config_folders, names, key)
@@ -353,7 +370,7 @@ class PlanStore:
             template = object.__new__(Answer)
             template.__dict__.update(doc["template"])
             plan = StoredPlan(template, doc["axis_checks"], doc["echoed"], Lattice.from_plain(doc["lattice"]),
-                              doc["extrapolation_model"], doc["quality"])
+                              doc["extrapolation_model"], doc["local"], doc["quality"], doc["quality_found"])
         except (KeyError, TypeError, ValueError, IndexError):
             return None
         try:  # noqa: SIM105  (contextlib: a module more for a cold process)
@@ -438,7 +455,8 @@ class PlanStore:
             "numpy": numpy_fp, "configs": configs, "scan": scan, "sources": sorted(sources),
             "spec": (spec_path, file_digest(spec_path)),
             "template": dict(plan.template.__dict__), "axis_checks": plan.axis_checks, "echoed": plan.echoed,
-            "lattice": plan.grid.plain_parts(), "extrapolation_model": plan.extrapolation_model, "quality": quality,
+            "lattice": plan.grid.plain_parts(), "extrapolation_model": plan.extrapolation_model, "local": plan.local,
+            "quality": quality, "quality_found": plan.quality_found if quality == "notes" else None,
         }
         data = _frame(doc)  # (raises ValueError on a value marshal cannot hold: no plan then)
         if not _same(_unframe(data), doc):  # every value comes back as it was, types included

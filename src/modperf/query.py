@@ -31,7 +31,7 @@ import numpy as np
 from . import cache as keyed_cache
 from . import errors as E
 from . import limits
-from .answer import Answer, answer_at, cell_of, extrapolation_of, read_point
+from .answer import Answer, answer_at, cell_of, extrapolation_of, quality_notes, read_point
 from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
@@ -404,20 +404,16 @@ class QueryEngine:
             if found_quality is _UNSET:
                 found_quality = plan.quality_found = self._quality_found(plan)
             if found_quality is not None:
-                if exact_hit:  # the answer stands on its own cell: its notes, as _quality_of lists them
-                    notes = found_quality[0].get((plan.local, tuple([point[i] for _, i in plan.echoed])))
-                    values["quality"] = list(notes) if notes else None
-                else:
-                    values["quality"] = self._quality_of(plan, point)
+                values["quality"] = quality_notes(plan, found_quality, point, exact_hit)
         if asked.pending is not None:
             self._persist(asked, fields)
         return answer
 
     def _persist(self, plan: _Plan, fields: Mapping[str, Any]) -> None:
         """Hand a plan to the plan sink after its first answer, with every table it depends on:
-        those its resolution loaded, and where its group's quality notes were looked up and
-        found none, the files they compare it with (``"none"``; ``"notes"`` where it has
-        some, ``"unknown"`` where nobody looked)."""
+        those its resolution loaded, and where its group's quality notes were looked up, the
+        files they compare it with; its quality state: ``"none"`` (the group has no notes),
+        ``"notes"`` (``plan.quality_found`` holds them), ``"unknown"`` (nobody looked)."""
         loads, plan.pending = plan.pending, None
         sink = self.plan_sink
         if sink is None or loads is None:
@@ -425,13 +421,11 @@ class QueryEngine:
         found = plan.quality_found
         if found is _UNSET:
             state = "unknown"
-        elif found is None:
+        else:
             with self.store.recording() as compared:
                 self._compared(grid_keyed(self, plan))
             loads = [*loads, *compared]
-            state = "none"
-        else:
-            state = "notes"
+            state = "none" if found is None else "notes"
         sink(fields, plan, loads, state)
 
     def answer_of(self, plan: _Plan, fields: Mapping[str, Any], *, quality: bool | None = None,
@@ -439,6 +433,7 @@ class QueryEngine:
         """The reference path of :meth:`query` for a resolved plan: the point parsed field by
         field (modperf.limits), the grid's general lookup, the answer a copy of the template
         (the fast path in :meth:`query` answers as this does, bit for bit; tests/test_query.py)."""
+        plan_asked = plan
         point = self._point(plan, fields)
         if plan.lanes is not None:
             plan = plan.lane_for(dict(zip(plan.axis_fields, point)))
@@ -467,6 +462,8 @@ class QueryEngine:
         answer.extrapolation = extrapolation
         if self.annotate_quality if quality is None else quality:
             answer.quality = self._quality_of(plan, point)
+        if plan_asked.pending is not None:  # (a plan's first answer, its point parsed here)
+            self._persist(plan_asked, fields)
         return answer
 
     def _cached_plan(self, fields: Mapping[str, Any]) -> _Plan:
@@ -547,18 +544,10 @@ class QueryEngine:
     def _quality_of(self, plan: _Plan, point: list[int]) -> list[dict[str, Any]] | None:
         """Quality findings (modperf.quality) on the measured points an answer stands on: the
         point itself when exact, else the measured corners of its interpolation box."""
-        found = self._quality_found(plan)
-        if found is None:
-            return None
-        by_point, axes = found
-        grid = plan.grid
-        at = [grid.axes.index(a) for a in axes]
-        heads_at = grid.axes.index(HEADS) if HEADS in grid.axes else -1
-        hits: list[dict[str, Any]] = []
-        for cell in grid.support_values(point):
-            heads = cell[heads_at] if heads_at >= 0 else plan.local
-            hits.extend(by_point.get((heads, tuple([cell[i] for i in at])), ()))
-        return hits or None
+        found = plan.quality_found
+        if found is _UNSET:  # (kept on the plan, as the fast path keeps it)
+            found = plan.quality_found = self._quality_found(plan)
+        return None if found is None else quality_notes(plan, found, point, False)
 
     def _quality_found(self, plan: _Plan) -> tuple[dict[tuple[Any, ...], list[dict[str, Any]]], tuple[str, ...]] | None:
         """The quality findings of the plan's group by (heads, axis values), with the table's

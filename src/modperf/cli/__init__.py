@@ -8,9 +8,11 @@ audits, plotting or migration); ``modperf --help``, an unknown command, and ``mo
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
+    from typing import Any
+
     import typer
 
 #: Command name -> the module that registers it.
@@ -59,9 +61,13 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     args = sys.argv[1:] if argv is None else list(argv)
-    from ._batch import run_alone
+    from ._single import run_alone as run_single
 
-    code = run_alone(args)  # `modperf query --batch FILE` alone: started without the parser
+    code = run_single(args)  # `modperf query TABLE ... --json` from a persisted plan, without the parser
+    if code is None:
+        from ._batch import run_alone
+
+        code = run_alone(args)  # `modperf query --batch FILE` alone: started without the parser
     if code is not None:
         sys.exit(code)
     import typer

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..answer import HEADS
 from ..models import ConfigField
 from ..roofline import AxisWork, GpuSpec, RowRoof, WorkFn, WorkModel, default_work
 
@@ -51,8 +52,7 @@ class NativeSource(str, enum.Enum):  # noqa: UP042  (StrEnum would change str() 
     NONE = "none"  # no tp_size and no model: native is not recorded (local-only tier)
 
 
-# Column roles shared by every family.
-HEADS = "num_heads"
+# Column roles shared by every family (HEADS, the rank-local head count, is modperf.answer's).
 TP = "tp_size"
 MODEL = "model"
 ARCHITECTURE = "architecture"

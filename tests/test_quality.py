@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from modperf import errors as E
 from modperf.catalog import TableRef
 from modperf.loader import load_one
 from modperf.models import ModelRegistry
-from modperf.quality import Thresholds, assess, assess_buckets, assess_tables
+from modperf.quality import Thresholds, assess, assess_buckets, assess_tables, median
 from modperf.query import TableIndex
 
 
@@ -209,3 +213,15 @@ def test_one_group_assessed_alone_finds_what_the_whole_table_finds_there(db, ask
         assert kinds["spike"] > 0 and kinds["cross_file"] > 0
     else:  # kernels of one key in several groups: the fastest of them is compared across files
         assert merged_kernels > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.just(-0.0)),
+                min_size=1, max_size=12))
+def test_median_is_numpys_bit_for_bit(values: list[float]) -> None:
+    """quality.median stands in for np.median (whose first call imports numpy.ma)."""
+    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        want = float(np.median(x))
+    got = median(x)
+    assert (math.isnan(got) and math.isnan(want)) or got.hex() == want.hex()

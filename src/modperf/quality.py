@@ -151,6 +151,24 @@ class QualityReport:
 # --- within one file ----------------------------------------------------------------------
 
 
+
+def median(values: np.ndarray) -> float:
+    """``float(np.median(values))`` of a float array, bit for bit, without ``np.median``: its
+    first call imports ``numpy.ma`` (about 10-15 ms of a cold process's first quality note).
+    The middle value, or the mean of the two middle values as ``np.mean`` takes it (their sum
+    halved); NaN where any value is NaN (sorted last)."""
+    ordered = np.sort(values, axis=None)
+    n = ordered.size
+    if n == 0:
+        return math.nan
+    if math.isnan(ordered[-1]):
+        return math.nan
+    # np.mean's sum of a few values starts from 0.0 (which turns a -0.0 into 0.0)
+    if n % 2:
+        return float(0.0 + ordered[n // 2])
+    return float((0.0 + ordered[n // 2 - 1] + ordered[n // 2]) / 2.0)
+
+
 def _bucket_of_points(kt: KeyedTable) -> np.ndarray:
     return np.repeat(np.arange(kt.n_buckets), np.diff(kt.offsets))
 
@@ -290,7 +308,7 @@ def _cross_file(tables: Sequence[KeyedTable], results: Sequence[FileQuality], th
             closest[mi] = np.minimum(closest[mi], log_ratio)
             ref_values.append((j, mi, other.latency[oj]))
             out.comparisons.append({"with": refs[j].label, "shared_keys": int(common.size),
-                                    "median_ratio": float(np.median(ratio))})
+                                    "median_ratio": median(ratio)})
         flagged = np.flatnonzero((measured > 0) & (agreeing == 0))
         out.counts["cross_file"] += int(flagged.size)
         out.corroborated += int((measured[flagged] >= 2).sum())
@@ -305,7 +323,7 @@ def _cross_file(tables: Sequence[KeyedTable], results: Sequence[FileQuality], th
                 # mi is sorted (intersect1d returns sorted common codes, so indices into mine are sorted)
                 if hit < mi.size and mi[hit] == k:
                     others.append({"file": refs[j].label, "latency": float(values[hit])})
-            reference = float(np.median([o["latency"] for o in others]))
+            reference = median(np.asarray([o["latency"] for o in others], dtype=np.float64))
             latency = float(mine.latency[k])
             bucket, point = _describe(kt, bucket_of, int(mine.point[k]))
             ratio = max(latency / reference, reference / latency)

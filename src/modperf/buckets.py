@@ -140,7 +140,13 @@ class KeyedTable:
         }
 
 
-def build_buckets(vt: ValidatedTable) -> KeyedTable:
+def build_buckets(vt: ValidatedTable, *, consume: bool = False) -> KeyedTable:
+    """Key a validated table (the module docstring). With ``consume`` keying takes the table's
+    columns over (``vt`` is left without them) and drops each as soon as it has used it: the
+    key and axis columns once they are in the key code (the points' axes and the buckets' keys
+    are read back from the sorted code), latency once the points have theirs. Only the audits
+    (coverage, dedupe) read a validated table after keying; a check or a query need not keep
+    it, and a 20M-row table keys in less memory so."""
     from .codes import narrowest_signed, unique_codes
 
     family, spec, n = vt.family, vt.spec, vt.n_rows
@@ -148,38 +154,39 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
     disc_names = vt.present(spec.discrete)
     keys_native = family.tier is Tier.NATIVE_LOCAL
     key_names: tuple[str, ...] = (*cat_names, *disc_names, *((NATIVE,) if keys_native else ()), *spec.heads)
-    int_cols = [*disc_names, *((NATIVE,) if keys_native else ()), *spec.heads]
-    key_cols: list[np.ndarray] = [vt.categorical[name].codes for name in cat_names]
-    for name in int_cols:
-        col = vt.native if name == NATIVE else vt.integers[name]
-        assert col is not None
-        key_cols.append(col)
-    axis_cols = [vt.integers[axis] for axis in spec.axes]
-    latency = vt.latency
-
+    int_names = [*disc_names, *((NATIVE,) if keys_native else ()), *spec.heads]
+    cat_values = [vt.categorical[name].values for name in cat_names]
     # The full key (every key column, then every axis) as one integer per row whose order is the
     # key's order, sorted once: rows sharing it become one point, points sharing its key part
     # one bucket. (Memory: a 20M-row table is 160 MB per int64 array, so the code is sorted in
     # place and every working array is dropped as soon as it is used; bench/bigtable.py
     # measures the peak.)
-    key_digits = [_Digit.of_codes(c, len(vt.categorical[name].values)) for c, name in zip(key_cols, cat_names)]
-    key_digits += [_Digit.of_ints(c) for c in key_cols[len(cat_names):]]
-    axis_digits = [_Digit.of_ints(c) for c in axis_cols]
+    digits = [_Digit.of_codes(vt.categorical[name].codes, len(values)) for name, values in zip(cat_names, cat_values)]
+    for name in int_names:
+        col = vt.native if name == NATIVE else vt.integers[name]
+        assert col is not None
+        digits.append(_Digit.of_ints(col))
+    n_keys = len(digits)
+    digits += [_Digit.of_ints(vt.integers[axis]) for axis in spec.axes]
     # axis values in the narrowest signed type that holds them (a database of every table holds
     # ~12M points: int64 axes were half its memory); consumers widen before arithmetic
-    axis_types = [narrowest_signed(*d.bounds) for d in axis_digits]
+    axis_types = [narrowest_signed(*d.bounds) for d in digits[n_keys:]]
+    latency, model, natives_seen = vt.latency, vt.model, _natives_seen(vt.native)
+    # the native by row: where it is no key but the buckets record it, or natives are compared
+    native = vt.native if family.tier in (Tier.NATIVE, Tier.LOCAL) else None
+    if consume:  # the digits and the locals above hold the only references now
+        vt.categorical, vt.integers, vt.native, vt.model = {}, {}, None, None
+        vt.latency = np.zeros(0, dtype=latency.dtype)
     row_bits = max((n - 1).bit_length(), 1)
-    digits = [*key_digits, *axis_digits]
     _fit(digits, _CODE_BITS - row_bits)
-    key_digits, axis_digits = digits[:len(key_digits)], digits[len(key_digits):]
-    code, total, by_division = _mixed_radix(digits, n)
-    del digits
-    if by_division:  # a code's key part is code // axis_space
-        bucket_digits = _radix_total(axis_digits)
-        del key_digits, axis_digits
-    else:
-        bucket_digits = 0
-    order, same, bucket_change = _key_order(code, total, n, latency, row_bits, bucket_digits)
+    radix = _radix_total(digits)
+    # the code is the digits' mixed-radix number and sorts tagged with its row: each digit can
+    # be read back from the sorted code, so its column is dropped once it is in the code
+    readable = n > 0 and radix < 1 << _RADIX_BITS and (radix - 1).bit_length() + row_bits <= 63
+    code, total, by_division = _mixed_radix(digits, n, release=readable)
+    # a code's key part is code // axis_space
+    bucket_digits = _radix_total(digits[n_keys:]) if by_division else 0
+    sorted_rows, tagged, same, bucket_change = _sort_rows(code, total, n, row_bits, bucket_digits)
     del code
 
     duplicated = bool(same.any())
@@ -188,11 +195,8 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         np.logical_not(same, out=new_point[1:])
         starts = np.flatnonzero(new_point)
         sizes = np.diff(np.append(starts, n))
-        point_rows = order[starts]
-    else:  # every row its own point: the sorted rows are the points
-        point_rows = order
-    del same
-    n_points = int(point_rows.size)
+    n_points = int(starts.size) if duplicated else n
+    bucket_starts: np.ndarray | None
     if not n_points:
         bucket_starts = np.zeros(0, dtype=np.int64)
     elif bucket_change is not None:  # the sorted rows where a bucket starts, as points
@@ -200,83 +204,108 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         rows += 1
         bucket_starts = np.r_[0, np.searchsorted(starts, rows) if duplicated else rows]
         del rows
-    else:  # a bucket starts where any key column changes between neighbouring points
+    else:  # found below, from the key columns at the points
+        bucket_starts = None
+    del bucket_change
+
+    key_at_first: list[np.ndarray] = []  # per key column, its value in each bucket's first row
+    if readable:
+        assert tagged and bucket_starts is not None
+        point_at = starts if duplicated else None  # sorted positions of the points (None: all)
+        bucket_at = starts[bucket_starts] if duplicated else bucket_starts
+        point_axes = dict(zip(spec.axes, _read_back(sorted_rows, point_at, row_bits, digits, n_keys, axis_types)))
+        key_at_first = _read_back(sorted_rows, bucket_at, row_bits, digits, 0, [d.dtype for d in digits[:n_keys]],
+                                  stop=n_keys)
+    order = sorted_rows
+    if tagged:
+        order &= (1 << row_bits) - 1
+    del sorted_rows
+    _break_ties(order, same, latency)
+    del same
+    point_rows = order[starts] if duplicated else order
+    if bucket_starts is None:  # a bucket starts where any key column changes between neighbouring points
         change = np.zeros(n_points, dtype=bool)
         change[0] = True
-        for d in key_digits:
+        for d in digits[:n_keys]:
             values = d.values[point_rows]
             change[1:] |= values[1:] != values[:-1]
         bucket_starts = np.flatnonzero(change)
-        del change, key_digits, axis_digits
-    del bucket_change
+        del change
+    bucket_first_row = starts[bucket_starts] if duplicated else bucket_starts  # in sorted rows
+    first_rows = point_rows[bucket_starts]
+    if not readable:
+        point_axes = {axis: d.at(point_rows).astype(t, copy=False)
+                      for axis, d, t in zip(spec.axes, digits[n_keys:], axis_types)}
+        key_at_first = [d.at(first_rows) for d in digits[:n_keys]]
+    del digits
 
     spread = None
     if duplicated:
         pick = starts + (sizes - 1) // 2  # lower median: latencies are ascending inside a group
         point_latency = latency[order[pick]]
         del pick
-        point_axes = {axis: col[point_rows].astype(t, copy=False)
-                      for axis, col, t in zip(spec.axes, axis_cols, axis_types)}
         lo, hi = latency[point_rows], latency[order[starts + sizes - 1]]
         with np.errstate(divide="ignore", invalid="ignore"):
             spread = np.where((sizes > 1) & (lo > 0), hi / lo - 1.0, np.nan)
         del lo, hi
     else:
         point_latency = latency[order]
-        point_axes = {axis: col.astype(t, copy=False)[order]
-                      for axis, col, t in zip(spec.axes, axis_cols, axis_types)}
+    del point_rows
 
     # alias duplicates: points measured under more than one model name
     alias_points = 0
     point_of_row = np.cumsum(new_point) - 1 if duplicated else np.zeros(0, dtype=np.int64)
     if duplicated:
         del new_point
-    if vt.model is not None and duplicated:
-        m_sorted = vt.model.codes[order].astype(np.int64)
-        pairs = unique_codes(point_of_row * (len(vt.model.values) + 1) + m_sorted)
-        names_per_point = np.bincount(pairs // (len(vt.model.values) + 1), minlength=n_points)
+    model_sorted = model.codes[order] if model is not None else None
+    model_names = model.values if model is not None else []
+    del model
+    if model_sorted is not None and duplicated:
+        pairs = unique_codes(point_of_row * (len(model_names) + 1) + model_sorted.astype(np.int64))
+        names_per_point = np.bincount(pairs // (len(model_names) + 1), minlength=n_points)
         alias_points = int((names_per_point > 1).sum())
 
     agreement = None
-    if family.tier is Tier.LOCAL and vt.native is not None:
-        agreement = _agreement(point_of_row if duplicated else np.arange(n, dtype=np.int64), vt.native[order],
+    if family.tier is Tier.LOCAL and native is not None:
+        agreement = _agreement(point_of_row if duplicated else np.arange(n, dtype=np.int64), native[order],
                                latency[order], n_points)
-    del point_of_row
+    del point_of_row, latency, order
 
     # buckets
     offsets = np.append(bucket_starts, n_points).astype(np.int64)
     nb = int(bucket_starts.size)
-    first_rows = point_rows[bucket_starts]
     decoders: list[Any] = []
     decoded_cols: list[list[Any]] = []
     column_codes: dict[str, np.ndarray] = {}
-    for i, (name, col) in enumerate(zip(key_names, key_cols)):
+    for i, (name, at_first) in enumerate(zip(key_names, key_at_first)):
         if i < len(cat_names):
-            dec: list[Any] = vt.categorical[name].values
-            bucket_code_col = col[first_rows].astype(np.int64)
+            dec: list[Any] = cat_values[i]
+            bucket_code_col = at_first.astype(np.int64)
         else:  # every value of a key column is some bucket's: the buckets' values are the column's
-            values = np.sort(col[first_rows])
+            values = np.sort(at_first)
             uniq = values[np.r_[True, values[1:] != values[:-1]]] if values.size else values
-            bucket_code_col = np.searchsorted(uniq, col[first_rows]).astype(np.int64, copy=False)
+            bucket_code_col = np.searchsorted(uniq, at_first).astype(np.int64, copy=False)
             dec = uniq.tolist()
         decoders.append(dec)
         column_codes[name] = bucket_code_col
         decoded_cols.append(np.asarray(dec, dtype=object)[bucket_code_col].tolist() if len(dec) else [])
     bucket_keys: list[tuple[Any, ...]] = list(zip(*decoded_cols)) if decoded_cols else [()] * nb
 
-    if keys_native or family.tier is Tier.NATIVE:
-        bucket_native = vt.native[first_rows] if vt.native is not None else np.full(nb, -1, dtype=np.int64)
+    if keys_native:
+        bucket_native = key_at_first[key_names.index(NATIVE)]
+    elif family.tier is Tier.NATIVE and native is not None:
+        bucket_native = native[first_rows]
     else:
         bucket_native = np.full(nb, -1, dtype=np.int64)
-    bucket_local = vt.integers[HEADS][first_rows] if spec.head_axis else np.full(nb, -1)
+    del native
+    bucket_local = key_at_first[key_names.index(HEADS)] if spec.head_axis else np.full(nb, -1)
 
     bucket_models: list[tuple[str, ...]]
-    if vt.model is not None and nb:
-        bucket_first_row = starts[bucket_starts] if duplicated else bucket_starts  # in sorted rows
-        bucket_models = _bucket_models(vt.model.codes[order], vt.model.values,
-                                       np.diff(np.append(bucket_first_row, n)))
+    if model_sorted is not None and nb:
+        bucket_models = _bucket_models(model_sorted, model_names, np.diff(np.append(bucket_first_row, n)))
     else:
         bucket_models = [()] * nb
+    del model_sorted
 
     return KeyedTable(
         ref=vt.ref, family=family, spec=spec, key_names=key_names, bucket_keys=bucket_keys,
@@ -287,7 +316,7 @@ def build_buckets(vt: ValidatedTable) -> KeyedTable:
         model_native={m: c.native_heads for m, c in vt.configs.items()},
         model_geometry=dict(vt.geometry), rows_read=n, duplicates_merged=int(n - n_points),
         alias_duplicate_points=alias_points, agreement=agreement, missing_optional=vt.missing_optional,
-        natives_seen=_natives_seen(vt.native),
+        natives_seen=natives_seen,
         duplicate_spread=spread, recorded_versions=vt.recorded_versions, rows_stored=vt.stored_rows,
         bucket_columns=BucketColumns(column_codes, dict(zip(key_names, decoders))),
     )
@@ -343,6 +372,8 @@ class _Digit:
     ranked: bool
     #: The column's smallest and largest value (integer columns).
     bounds: tuple[int, int] = (0, 0)
+    #: A factorized column's values, in rank order (what each rank stands for).
+    levels: np.ndarray | None = None
 
     @classmethod
     def of_codes(cls, codes: np.ndarray, card: int) -> _Digit:
@@ -362,15 +393,33 @@ class _Digit:
     def factorized(self) -> _Digit:
         """The digit as the rank of each value among the column's (narrow ranks through a
         presence table over a short span, whose bounds are known; else a hash)."""
-        from .codes import _DENSE_SPAN, dense_ranks, factorize
+        from .codes import _DENSE_SPAN, dense_levels, factorize
 
         low, high = self.bounds
         span = high - low + 1
         if not self.ranked and span <= max(self.values.size, _DENSE_SPAN) and span < 2**31:
-            card, rank = dense_ranks(self.values, low, span)
-            return _Digit(rank, 0, max(card, 1), True, self.bounds)
-        uniq, codes = factorize(self.values)
-        return _Digit(codes, 0, max(int(uniq.size), 1), True, self.bounds)
+            levels, rank = dense_levels(self.values, low, span)
+        else:
+            levels, rank = factorize(self.values)
+        return _Digit(rank, 0, max(int(levels.size), 1), True, self.bounds, levels)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The type the column's values are read back in."""
+        return self.levels.dtype if self.levels is not None else np.dtype(np.int64)
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The column's values at these rows (a code, for a categorical column)."""
+        values = self.values[rows]
+        return self.levels[values] if self.levels is not None else values
+
+    def value_of(self, digit: np.ndarray) -> np.ndarray:
+        """The column's values whose digits (value - low, or rank) these are."""
+        if self.levels is not None:
+            return self.levels[digit]
+        if self.low:
+            digit += self.low
+        return digit
 
 
 def _radix_total(digits: list[_Digit]) -> int:
@@ -392,19 +441,28 @@ def _fit(digits: list[_Digit], bits: int) -> None:
         digits[i] = digits[i].factorized()
 
 
-def _mixed_radix(digits: list[_Digit], n: int) -> tuple[np.ndarray, int, bool]:
+def _mixed_radix(digits: list[_Digit], n: int, *, release: bool = False) -> tuple[np.ndarray, int, bool]:
     """One int64 code per row whose order is the digits' lexicographic order, the count of
     codes it can take, and whether it is the digits' mixed-radix number (where that fits in 62
-    bits; else each row's rank among the distinct rows, by np.unique)."""
+    bits; else each row's rank among the distinct rows, by np.unique). With ``release`` (the
+    caller reads the digits back from the code) each digit's values are dropped once in it."""
     total = _radix_total(digits)
     used = [d for d in digits if d.card > 1]  # a digit of one value adds nothing
     if total < 1 << _RADIX_BITS:
+        if release:
+            for d in digits:
+                if d.card <= 1:
+                    d.values = _NONE
         code = used[0].values.astype(np.int64) if used else np.zeros(n, dtype=np.int64)
         offset = used[0].low if used else 0
+        if release and used:
+            used[0].values = _NONE
         for d in used[1:]:
             code *= d.card  # in place: no temporary of n int64 per column
             code += d.values  # the digit's low is subtracted once, at the end (wrapping: exact)
             offset = offset * d.card + d.low
+            if release:
+                d.values = _NONE
         offset = (offset + (1 << 63)) % (1 << 64) - (1 << 63)
         if offset:
             code -= np.int64(offset)
@@ -414,19 +472,23 @@ def _mixed_radix(digits: list[_Digit], n: int) -> tuple[np.ndarray, int, bool]:
     return inverse.reshape(-1).astype(np.int64), max(int(uniq.shape[0]), 1), False
 
 
+#: What a released digit holds instead of its values.
+_NONE = np.zeros(0, dtype=np.int64)
+
 #: Rows are tagged with their number this many at a time (a bounded temporary).
 _CHUNK = 1 << 20
 
 
-def _key_order(code: np.ndarray, total: int, n: int, latency: np.ndarray, row_bits: int,
-               bucket_digits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The rows in ascending order of their full key, rows sharing a key by ascending latency
-    and then by row (the lower-median rule reads them so); where a sorted code equals the one
-    before it; and, given the count of codes that share a key part (``bucket_digits`` > 0),
-    where the key part differs from the one before. ``code`` is consumed. Where the codes and
-    the row numbers fit one int64 together, each code is tagged with its row and the tagged
-    codes are sorted in place (a stable order without a stable sort); else a stable argsort.
-    Neighbours are compared a chunk at a time (no sorted copy of the codes beside the order)."""
+def _sort_rows(code: np.ndarray, total: int, n: int, row_bits: int,
+               bucket_digits: int) -> tuple[np.ndarray, bool, np.ndarray, np.ndarray | None]:
+    """The rows in ascending order of their full key (ties: see :func:`_break_ties`), whether
+    they come as the sorted codes tagged with their row (``code << row_bits | row``) or as row
+    numbers; where a sorted code equals the one before it; and, given the count of codes that
+    share a key part (``bucket_digits`` > 0), where the key part differs from the one before.
+    ``code`` is consumed. Where the codes and the row numbers fit one int64 together, each code
+    is tagged with its row and the tagged codes are sorted in place (a stable order without a
+    stable sort); else a stable argsort. Neighbours are compared a chunk at a time (no sorted
+    copy of the codes beside the order)."""
     if (total - 1).bit_length() + row_bits <= 63:
         tagged = code
         tagged <<= row_bits
@@ -434,21 +496,51 @@ def _key_order(code: np.ndarray, total: int, n: int, latency: np.ndarray, row_bi
             tagged[lo:lo + _CHUNK] |= np.arange(lo, min(n, lo + _CHUNK), dtype=np.int64)
         tagged.sort()
         same, bucket_change = _neighbours(tagged, row_bits, bucket_digits)
-        tagged &= (1 << row_bits) - 1
-        order = tagged
-    else:
-        order = np.argsort(code, kind="stable")
-        same, bucket_change = _neighbours(code[order], 0, bucket_digits)
-    if same.any():  # rows of a repeated key: by latency, then by row (a stable sort keeps the row order)
-        inside = np.zeros(n, dtype=bool)
-        inside[1:] |= same
-        inside[:-1] |= same
-        at = np.flatnonzero(inside)
-        del inside
-        group = np.cumsum(np.r_[True, ~same])[at]
-        rows = order[at]
-        order[at] = rows[np.lexsort((latency[rows], group))]
-    return order, same, bucket_change
+        return tagged, True, same, bucket_change
+    order = np.argsort(code, kind="stable")
+    same, bucket_change = _neighbours(code[order], 0, bucket_digits)
+    return order, False, same, bucket_change
+
+
+def _break_ties(order: np.ndarray, same: np.ndarray, latency: np.ndarray) -> None:
+    """Rows of a repeated key (``same``: where a sorted key equals the one before) in ascending
+    latency, then row (the lower-median rule reads them so; a stable sort keeps the row order):
+    ``order`` is reordered in place."""
+    if not same.any():
+        return
+    inside = np.zeros(order.size, dtype=bool)
+    inside[1:] |= same
+    inside[:-1] |= same
+    at = np.flatnonzero(inside)
+    del inside
+    group = np.cumsum(np.r_[True, ~same])[at]
+    rows = order[at]
+    order[at] = rows[np.lexsort((latency[rows], group))]
+
+
+def _read_back(tagged: np.ndarray, positions: np.ndarray | None, row_bits: int, digits: list[_Digit], first: int,
+               types: list[np.dtype], stop: int | None = None) -> list[np.ndarray]:
+    """The columns of ``digits[first:stop]`` (their values, in ``types``) at these positions of
+    the sorted tagged codes (None: every position), read back from the codes: a code is its
+    digits' mixed-radix number (each digit the value less the column's smallest, or its rank),
+    so the last digit is code % card, the one before (code // card) % its card, and so on. A
+    chunk of positions at a time."""
+    stop = len(digits) if stop is None else stop
+    size = tagged.size if positions is None else positions.size
+    out = [np.empty(size, dtype=t) for t in types]
+    for lo in range(0, size, _CHUNK):
+        hi = min(size, lo + _CHUNK)
+        part = tagged[lo:hi] if positions is None else tagged[positions[lo:hi]]
+        part = part >> row_bits
+        for i in range(len(digits) - 1, first - 1, -1):
+            d = digits[i]
+            if d.card > 1:
+                part, digit = np.divmod(part, d.card)
+            else:
+                digit = np.zeros(hi - lo, dtype=np.int64)
+            if i < stop:
+                out[i - first][lo:hi] = d.value_of(digit)
+    return out
 
 
 def _neighbours(sorted_codes: np.ndarray, shift: int, bucket_digits: int) -> tuple[np.ndarray, np.ndarray | None]:

@@ -267,6 +267,42 @@ def test_keying_is_the_same_whichever_way_the_key_is_coded(db, fixtures: Path, m
     assert expected[-1][11] == 3_886  # the alias table's points measured under several names
 
 
+@pytest.mark.parametrize("code_bits", [63, 30, 20])
+def test_a_big_table_reads_its_points_back_from_the_key_code(db, fixtures: Path, monkeypatch, code_bits):
+    """A big table keyed with ``consume`` drops its key and axis columns once they are in the
+    key code and reads the points' axes and the buckets' keys back from the sorted code (every
+    table counts as big here; with fewer code bits more columns are ranked, and read back
+    through their ranks' values): the same keyed table as the gathers give, aliases included."""
+    import dataclasses
+
+    import modperf.buckets as buckets
+    from modperf.loader import load_one
+
+    alias = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
+    refs = [db.table(*slot).ref for slot in KEYED_BY_EVERY_CODING] + [refs_for_paths([alias])[0]]
+    validated = [load_one(ref, db.queries.store.models, keep_validated=True).validated for ref in refs]
+    expected = [_keyed_state(buckets.build_buckets(vt)) for vt in validated]
+    read_back = buckets._read_back
+    calls: list[int] = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return read_back(*args, **kwargs)
+
+    monkeypatch.setattr(buckets, "_read_back", counted)
+    monkeypatch.setattr(buckets, "_READ_BACK_ROWS", 1)
+    monkeypatch.setattr(buckets, "_CODE_BITS", code_bits)
+    ranked = 0
+    for vt, want in zip(validated, expected):
+        calls.clear()
+        assert _keyed_state(buckets.build_buckets(dataclasses.replace(vt), consume=True)) == want, vt.ref.label
+        assert len(calls) == 2, vt.ref.label  # the points' axes, the buckets' keys
+        digits = [buckets._Digit.of_ints(vt.integers[a]) for a in vt.spec.axes]
+        ranked += buckets._radix_total(digits) >= 1 << code_bits
+    assert (ranked > 0) == (code_bits < 63)
+    assert expected[-1][11] == 3_886
+
+
 def test_a_load_keeps_the_validated_table_only_when_asked(db):
     """Without ``keep_validated`` keying takes the validated columns over (they are dropped
     as keying goes); the keyed table is the same either way, and the audits' view is whole."""

@@ -180,9 +180,11 @@ def build_buckets(vt: ValidatedTable, *, consume: bool = False) -> KeyedTable:
     row_bits = max((n - 1).bit_length(), 1)
     _fit(digits, _CODE_BITS - row_bits)
     radix = _radix_total(digits)
-    # the code is the digits' mixed-radix number and sorts tagged with its row: each digit can
-    # be read back from the sorted code, so its column is dropped once it is in the code
-    readable = n > 0 and radix < 1 << _RADIX_BITS and (radix - 1).bit_length() + row_bits <= 63
+    # where the code is the digits' mixed-radix number and sorts tagged with its row, each digit
+    # can be read back from the sorted code: a big table's columns are dropped once in the code
+    # (a small table's are gathered: cheaper than the arithmetic, and they are small)
+    readable = (consume and n >= _READ_BACK_ROWS and radix < 1 << _RADIX_BITS
+                and (radix - 1).bit_length() + row_bits <= 63)
     code, total, by_division = _mixed_radix(digits, n, release=readable)
     # a code's key part is code // axis_space
     bucket_digits = _radix_total(digits[n_keys:]) if by_division else 0
@@ -472,6 +474,10 @@ def _mixed_radix(digits: list[_Digit], n: int, *, release: bool = False) -> tupl
     return inverse.reshape(-1).astype(np.int64), max(int(uniq.shape[0]), 1), False
 
 
+#: Tables of this many rows or more (keyed with ``consume``) read their points' axes and their
+#: buckets' keys back from the sorted key code instead of keeping the columns to gather them.
+_READ_BACK_ROWS = 1 << 20
+
 #: What a released digit holds instead of its values.
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -534,8 +540,11 @@ def _read_back(tagged: np.ndarray, positions: np.ndarray | None, row_bits: int, 
         part = part >> row_bits
         for i in range(len(digits) - 1, first - 1, -1):
             d = digits[i]
-            if d.card > 1:
-                part, digit = np.divmod(part, d.card)
+            if d.card > 1:  # (floor division by a scalar is fast in numpy; % and divmod are not)
+                quotient = part // d.card
+                digit = quotient * d.card
+                np.subtract(part, digit, out=digit)
+                part = quotient
             else:
                 digit = np.zeros(hi - lo, dtype=np.int64)
             if i < stop:

@@ -108,10 +108,35 @@ def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     20M-row table's heads x tp in int16 is 40 MB, in int64 160): the bound is taken in Python
     integers; past int64 the product wraps as int64 arithmetic does (the guards check the
     ranges of heads and tp before they multiply them)."""
+    return np.multiply(a, b, dtype=_product_type(a, b))
+
+
+def _product_type(a: np.ndarray, b: np.ndarray) -> np.dtype:
+    """The type :func:`_product` computes ``a * b`` in."""
     if not a.size:
-        return np.multiply(a, b, dtype=np.int64)
+        return np.dtype(np.int64)
     bound = max(abs(int(a.min())), abs(int(a.max()))) * max(abs(int(b.min())), abs(int(b.max())))
-    return np.multiply(a, b, dtype=narrowest_signed(-bound, bound))
+    return narrowest_signed(-bound, bound)
+
+
+#: Row-wise checks over this many rows at a time (bounded temporaries on a big table).
+_CHUNK = 1 << 20
+
+
+def _not_rank_local(known: np.ndarray, stale: np.ndarray, heads: np.ndarray, tp: np.ndarray,
+                    native: np.ndarray) -> np.ndarray:
+    """``known & ~stale & (tp > 1) & (heads * tp != native)``, a chunk of rows at a time: on a
+    20M-row table the whole expression's temporaries were validation's peak."""
+    dtype = _product_type(heads, tp)
+    bad = np.empty(known.size, dtype=bool)
+    for lo in range(0, known.size, _CHUNK):
+        part = slice(lo, lo + _CHUNK)
+        out = bad[part]
+        np.greater(tp[part], 1, out=out)
+        out &= known[part]
+        out &= ~stale[part]
+        out &= np.multiply(heads[part], tp[part], dtype=dtype) != native[part]
+    return bad
 
 
 @dataclass
@@ -535,7 +560,7 @@ def validate_table(
         if family.tier is Tier.NATIVE:
             _native_contract(out, model, heads, tp, native, known_rows, integers.get("local_num_heads"))
         else:
-            bad = known_rows & ~stale_rows & (tp > 1) & (_product(heads, tp) != native)
+            bad = _not_rank_local(known_rows, stale_rows, heads, tp, native)
             if bad.any():
                 _report_by_model(
                     out, E.RankLocalError, bad, model, heads, tp, native,

@@ -142,11 +142,12 @@ class KeyedTable:
 
 def build_buckets(vt: ValidatedTable, *, consume: bool = False) -> KeyedTable:
     """Key a validated table (the module docstring). With ``consume`` keying takes the table's
-    columns over (``vt`` is left without them) and drops each as soon as it has used it: the
-    key and axis columns once they are in the key code (the points' axes and the buckets' keys
-    are read back from the sorted code), latency once the points have theirs. Only the audits
-    (coverage, dedupe) read a validated table after keying; a check or a query need not keep
-    it, and a 20M-row table keys in less memory so."""
+    columns over (``vt`` is left without them) and drops each as soon as it has used it; in a
+    table of ``_READ_BACK_ROWS`` rows or more the key and axis columns go once they are in the
+    key code (the points' axes and the buckets' keys are read back from the sorted code),
+    latency once the points have theirs. Only the audits (coverage, dedupe) read a validated
+    table after keying: a check or a query need not keep it, and a 20M-row table keys in less
+    memory so (bench/load_stages.py)."""
     from .codes import narrowest_signed, unique_codes
 
     family, spec, n = vt.family, vt.spec, vt.n_rows

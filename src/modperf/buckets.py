@@ -212,8 +212,16 @@ def build_buckets(vt: ValidatedTable, *, consume: bool = False) -> KeyedTable:
     del bucket_change
 
     key_at_first: list[np.ndarray] = []  # per key column, its value in each bucket's first row
+    point_latency: np.ndarray | None = None
     if readable:
         assert tagged and bucket_starts is not None
+        if not duplicated and not (family.tier is Tier.LOCAL and native is not None):
+            # no ties to break, no natives to compare: latency in key order now, a chunk at a
+            # time from the tagged codes, and dropped before the axes are read back
+            point_latency = np.empty(n, dtype=latency.dtype)
+            for lo in range(0, n, _CHUNK):
+                point_latency[lo:lo + _CHUNK] = latency[sorted_rows[lo:lo + _CHUNK] & ((1 << row_bits) - 1)]
+            latency = np.zeros(0, dtype=latency.dtype)  # read no more
         point_at = starts if duplicated else None  # sorted positions of the points (None: all)
         bucket_at = starts[bucket_starts] if duplicated else bucket_starts
         point_axes = dict(zip(spec.axes, _read_back(sorted_rows, point_at, row_bits, digits, n_keys, axis_types)))
@@ -251,7 +259,7 @@ def build_buckets(vt: ValidatedTable, *, consume: bool = False) -> KeyedTable:
         with np.errstate(divide="ignore", invalid="ignore"):
             spread = np.where((sizes > 1) & (lo > 0), hi / lo - 1.0, np.nan)
         del lo, hi
-    else:
+    elif point_latency is None:
         point_latency = latency[order]
     del point_rows
 

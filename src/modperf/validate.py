@@ -464,7 +464,8 @@ def validate_table(
     configs: dict[str, ModelConfig] = {}
     row_config_ok = np.ones(n, dtype=bool)
     if model is not None:
-        used = np.bincount(model.codes, minlength=len(model.values)) > 0
+        used = np.zeros(len(model.values), dtype=bool)  # (a bincount widens every code to int64 first)
+        used[unique_codes(model.codes, len(model.values))] = True
         for code, name in enumerate(model.values):
             if not used[code]:
                 continue
@@ -537,13 +538,16 @@ def validate_table(
         if ok_rows.any():
             allowed = spec.zero_latency_rule({k: _wide(v) for k, v in integers.items()}, per_row) & ok_rows
         zero &= ~allowed
+        del allowed, ok_rows
     bad_latency |= zero
+    del zero
     if bad_latency.any():
         rows = _rows(bad_latency)
         note = f"; this table allows 0 only where {spec.zero_latency_note}" if spec.zero_latency_note else ""
         out.add(E.InvalidLatencyError, f"latency must be finite and > 0 ms{note}", rows=rows,
                 values={"examples": latency[rows[:3]].tolist()},
                 fix="re-measure these rows; a failed or skipped measurement must not be stored as a latency")
+    del bad_latency  # (a 20M-row table's row masks are 19 MiB each: none outlives its check)
 
     if not ranges_ok:  # the head-axis checks multiply heads by tp: not with numbers out of range
         return None, out.failures

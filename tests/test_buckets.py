@@ -303,6 +303,29 @@ def test_a_big_table_reads_its_points_back_from_the_key_code(db, fixtures: Path,
     assert expected[-1][11] == 3_886
 
 
+@pytest.mark.parametrize("chunk", [5, 64])
+def test_keying_is_the_same_in_chunks_of_any_size(db, fixtures: Path, monkeypatch, chunk):
+    """Keying works through a big table's rows a chunk at a time (tagging, neighbours, the
+    duplicates' order by latency, the read-back, the latency gather): real tables with keys
+    measured up to six times, and aliases, key the same whatever the chunk, cut inside or
+    between repeated keys."""
+    import dataclasses
+
+    import modperf.buckets as buckets
+    from modperf.loader import load_one
+
+    alias = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
+    refs = [db.table(*slot).ref for slot in KEYED_BY_EVERY_CODING] + [refs_for_paths([alias])[0]]
+    validated = [load_one(ref, db.queries.store.models, keep_validated=True).validated for ref in refs]
+    expected = [_keyed_state(buckets.build_buckets(vt)) for vt in validated]
+    assert expected[0][10] == 44_240 and expected[-1][11] == 3_886  # duplicates merged; alias points
+    monkeypatch.setattr(buckets, "_CHUNK", chunk)
+    for read_back_rows in (1 << 40, 1):
+        monkeypatch.setattr(buckets, "_READ_BACK_ROWS", read_back_rows)
+        for vt, want in zip(validated, expected):
+            assert _keyed_state(buckets.build_buckets(dataclasses.replace(vt), consume=True)) == want, vt.ref.label
+
+
 def test_a_load_keeps_the_validated_table_only_when_asked(db):
     """Without ``keep_validated`` keying takes the validated columns over (they are dropped
     as keying goes); the keyed table is the same either way, and the audits' view is whole."""

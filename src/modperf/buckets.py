@@ -148,7 +148,7 @@ def build_buckets(vt: ValidatedTable, *, consume: bool = False) -> KeyedTable:
     latency once the points have theirs. Only the audits (coverage, dedupe) read a validated
     table after keying: a check or a query need not keep it, and a 20M-row table keys in less
     memory so (bench/load_stages.py)."""
-    from .codes import narrowest_signed, unique_codes
+    from .codes import narrowest_signed
 
     family, spec, n = vt.family, vt.spec, vt.n_rows
     cat_names = vt.present(spec.categorical)
@@ -196,8 +196,10 @@ def build_buckets(vt: ValidatedTable, *, consume: bool = False) -> KeyedTable:
     if duplicated:
         new_point = np.ones(n, dtype=bool)
         np.logical_not(same, out=new_point[1:])
-        starts = np.flatnonzero(new_point)
-        sizes = np.diff(np.append(starts, n))
+        # where each point starts among the sorted rows, and its rows (as sources): narrow
+        starts: np.ndarray[Any, np.dtype[np.signedinteger[Any]]] = np.flatnonzero(new_point).astype(
+            np.int32 if n < 2**31 else np.int64)
+        sizes = _count_type(np.diff(starts, append=np.int64(n)))
     n_points = int(starts.size) if duplicated else n
     bucket_starts: np.ndarray | None
     if not n_points:
@@ -233,54 +235,61 @@ def build_buckets(vt: ValidatedTable, *, consume: bool = False) -> KeyedTable:
     del sorted_rows
     _break_ties(order, same, latency)
     del same
-    point_rows = order[starts] if duplicated else order
-    if bucket_starts is None:  # a bucket starts where any key column changes between neighbouring points
-        change = np.zeros(n_points, dtype=bool)
-        change[0] = True
-        for d in digits[:n_keys]:
-            values = d.values[point_rows]
-            change[1:] |= values[1:] != values[:-1]
-        bucket_starts = np.flatnonzero(change)
-        del change
-    bucket_first_row = starts[bucket_starts] if duplicated else bucket_starts  # in sorted rows
-    first_rows = point_rows[bucket_starts]
-    if not readable:
+    if not readable:  # the points' axes and the buckets' keys gathered from the columns
+        point_rows = order[starts] if duplicated else order
+        if bucket_starts is None:  # a bucket starts where any key column changes between neighbouring points
+            change = np.zeros(n_points, dtype=bool)
+            change[0] = True
+            for d in digits[:n_keys]:
+                values = d.values[point_rows]
+                change[1:] |= values[1:] != values[:-1]
+            bucket_starts = np.flatnonzero(change)
+            del change
         point_axes = {axis: d.at(point_rows).astype(t, copy=False)
                       for axis, d, t in zip(spec.axes, digits[n_keys:], axis_types)}
-        key_at_first = [d.at(first_rows) for d in digits[:n_keys]]
+        key_at_first = [d.at(point_rows[bucket_starts]) for d in digits[:n_keys]]
+        del point_rows
     del digits
+    assert bucket_starts is not None
+    bucket_first_row = starts[bucket_starts] if duplicated else bucket_starts  # in sorted rows
+    first_rows = order[bucket_first_row]
 
     spread = None
-    if duplicated:
-        pick = starts + (sizes - 1) // 2  # lower median: latencies are ascending inside a group
-        point_latency = latency[order[pick]]
-        del pick
-        lo, hi = latency[point_rows], latency[order[starts + sizes - 1]]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            spread = np.where((sizes > 1) & (lo > 0), hi / lo - 1.0, np.nan)
-        del lo, hi
+    if duplicated:  # a point's latency and spread from its rows, a chunk of points at a time
+        point_latency = np.empty(n_points, dtype=latency.dtype)
+        spread = np.empty(n_points, dtype=np.float64)
+        for lo in range(0, n_points, _CHUNK):
+            first, size = starts[lo:lo + _CHUNK], sizes[lo:lo + _CHUNK]
+            # lower median: latencies are ascending inside a point
+            point_latency[lo:lo + _CHUNK] = latency[order[first + (size - 1) // 2]]
+            low, high = latency[order[first]], latency[order[first + size - 1]]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                spread[lo:lo + _CHUNK] = np.where((size > 1) & (low > 0), high / low - 1.0, np.nan)
+            del first, size, low, high
     elif point_latency is None:
         point_latency = latency[order]
-    del point_rows
-
-    # alias duplicates: points measured under more than one model name
-    alias_points = 0
-    point_of_row = np.cumsum(new_point) - 1 if duplicated else np.zeros(0, dtype=np.int64)
-    if duplicated:
-        del new_point
-    model_sorted = model.codes[order] if model is not None else None
-    model_names = model.values if model is not None else []
-    del model
-    if model_sorted is not None and duplicated:
-        pairs = unique_codes(point_of_row * (len(model_names) + 1) + model_sorted.astype(np.int64))
-        names_per_point = np.bincount(pairs // (len(model_names) + 1), minlength=n_points)
-        alias_points = int((names_per_point > 1).sum())
+    sources = sizes if duplicated else np.ones(n, dtype=np.uint8)
 
     agreement = None
     if family.tier is Tier.LOCAL and native is not None:
-        agreement = _agreement(point_of_row if duplicated else np.arange(n, dtype=np.int64), native[order],
-                               latency[order], n_points)
-    del point_of_row, latency, order
+        point_of_row = np.cumsum(new_point) - 1 if duplicated else np.arange(n, dtype=np.int64)
+        agreement = _agreement(point_of_row, native[order], latency[order], n_points)
+        del point_of_row
+    if duplicated:
+        del new_point
+    del latency
+
+    # alias duplicates: points measured under more than one model name (a point's rows are
+    # consecutive: more than one name where its smallest and largest model code differ)
+    alias_points = 0
+    model_sorted = model.codes[order] if model is not None else None
+    model_names = model.values if model is not None else []
+    del model, order
+    if model_sorted is not None and duplicated:
+        alias_points = int(np.count_nonzero(np.minimum.reduceat(model_sorted, starts)
+                                            != np.maximum.reduceat(model_sorted, starts)))
+    if duplicated:
+        del starts
 
     # buckets
     offsets = np.append(bucket_starts, n_points).astype(np.int64)
@@ -321,7 +330,7 @@ def build_buckets(vt: ValidatedTable, *, consume: bool = False) -> KeyedTable:
     return KeyedTable(
         ref=vt.ref, family=family, spec=spec, key_names=key_names, bucket_keys=bucket_keys,
         offsets=offsets, axes=point_axes, latency=point_latency,
-        sources=_count_type(sizes) if duplicated else np.ones(n, dtype=np.uint8),
+        sources=sources,
         bucket_models=bucket_models, bucket_native=np.asarray(bucket_native, dtype=np.int64),
         bucket_local=np.asarray(bucket_local, dtype=np.int64),
         model_native={m: c.native_heads for m, c in vt.configs.items()},
@@ -520,7 +529,21 @@ def _sort_rows(code: np.ndarray, total: int, n: int, row_bits: int,
 def _break_ties(order: np.ndarray, same: np.ndarray, latency: np.ndarray) -> None:
     """Rows of a repeated key (``same``: where a sorted key equals the one before) in ascending
     latency, then row (the lower-median rule reads them so; a stable sort keeps the row order):
-    ``order`` is reordered in place."""
+    ``order`` is reordered in place, about ``_CHUNK`` sorted rows at a time (cut where a key
+    starts: a 20M-row table whose every key repeats held 40 B per row of temporaries at once)."""
+    n = order.size
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + _CHUNK)
+        while hi < n and same[hi - 1]:  # the key at hi continues: cut after it
+            more = np.flatnonzero(~same[hi - 1:hi - 1 + _CHUNK])
+            hi = hi + int(more[0]) if more.size else min(n, hi + _CHUNK)
+        _break_ties_in(order[lo:hi], same[lo:hi - 1], latency)
+        lo = hi
+
+
+def _break_ties_in(order: np.ndarray, same: np.ndarray, latency: np.ndarray) -> None:
+    """:func:`_break_ties` on sorted rows that no repeated key crosses the ends of."""
     if not same.any():
         return
     inside = np.zeros(order.size, dtype=bool)

@@ -306,9 +306,9 @@ def test_a_big_table_reads_its_points_back_from_the_key_code(db, fixtures: Path,
 @pytest.mark.parametrize("chunk", [5, 64])
 def test_keying_is_the_same_in_chunks_of_any_size(db, fixtures: Path, monkeypatch, chunk):
     """Keying works through a big table's rows a chunk at a time (tagging, neighbours, the
-    duplicates' order by latency, the read-back, the latency gather): real tables with keys
-    measured up to six times, and aliases, key the same whatever the chunk, cut inside or
-    between repeated keys."""
+    duplicates' order by latency, the read-back, the latency gather, the natives' agreement):
+    real tables with keys measured up to six times, aliases and natives sharing local keys key
+    the same whatever the chunk, cut inside or between repeated keys."""
     import dataclasses
 
     import modperf.buckets as buckets
@@ -319,6 +319,7 @@ def test_keying_is_the_same_in_chunks_of_any_size(db, fixtures: Path, monkeypatc
     validated = [load_one(ref, db.queries.store.models, keep_validated=True).validated for ref in refs]
     expected = [_keyed_state(buckets.build_buckets(vt)) for vt in validated]
     assert expected[0][10] == 44_240 and expected[-1][11] == 3_886  # duplicates merged; alias points
+    assert expected[3][12].shared_keys == 1_044  # local keys measured by two natives (their agreement)
     monkeypatch.setattr(buckets, "_CHUNK", chunk)
     for read_back_rows in (1 << 40, 1):
         monkeypatch.setattr(buckets, "_READ_BACK_ROWS", read_back_rows)

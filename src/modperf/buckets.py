@@ -272,9 +272,7 @@ def build_buckets(vt: ValidatedTable, *, consume: bool = False) -> KeyedTable:
 
     agreement = None
     if family.tier is Tier.LOCAL and native is not None:
-        point_of_row = np.cumsum(new_point) - 1 if duplicated else np.arange(n, dtype=np.int64)
-        agreement = _agreement(point_of_row, native[order], latency[order], n_points)
-        del point_of_row
+        agreement = _agreement(order, native, latency, starts if duplicated else None, n_points)
     if duplicated:
         del new_point
     del latency
@@ -611,25 +609,51 @@ def _count_type(counts: np.ndarray) -> np.ndarray:
     return counts.astype(np.uint64)
 
 
-def _agreement(point_of_row: np.ndarray, native_sorted: np.ndarray, lat_sorted: np.ndarray,
+def _agreement(order: np.ndarray, native: np.ndarray, latency: np.ndarray, starts: np.ndarray | None,
                n_points: int) -> Agreement | None:
     """Per point (a full local key), the lower-median latency of each native that measured it;
-    relative spread where two or more natives did."""
-    natives = np.unique(native_sorted)
+    relative spread where two or more natives did. ``order``: the rows in key order, ties by
+    latency; ``starts``: where each point starts among them (None: a point per row). A chunk
+    of about ``_CHUNK`` rows at a time, cut where a point starts (points are independent)."""
+    natives = np.unique(native)
     if natives.size < 2:
         return Agreement(tuple(int(v) for v in natives), 0, None, None, None)
-    pair = point_of_row * (int(natives.max()) + 1) + native_sorted
-    order = np.lexsort((lat_sorted, pair))
-    pair_s, lat_s = pair[order], lat_sorted[order]
-    starts = np.flatnonzero(np.r_[True, pair_s[1:] != pair_s[:-1]])
-    sizes = np.diff(np.append(starts, pair_s.size))
-    lat_per_pair = lat_s[starts + (sizes - 1) // 2]
-    point_of_pair = pair_s[starts] // (int(natives.max()) + 1)
-    count = np.bincount(point_of_pair, minlength=n_points)
+    radix = int(natives.max()) + 1
+    whole = int(natives.min()) < 0  # (pair codes would cross points: one chunk, as they always did)
+    count = np.zeros(n_points, dtype=np.int64)
     lo = np.full(n_points, np.inf)
     hi = np.zeros(n_points)
-    np.minimum.at(lo, point_of_pair, lat_per_pair)
-    np.maximum.at(hi, point_of_pair, lat_per_pair)
+    p0 = 0
+    while p0 < n_points:
+        r0 = int(starts[p0]) if starts is not None else p0
+        if whole:
+            p1 = n_points
+        elif starts is not None:
+            p1 = max(p0 + 1, int(np.searchsorted(starts, r0 + _CHUNK)))
+        else:
+            p1 = min(n_points, p0 + _CHUNK)
+        r1 = (int(starts[p1]) if p1 < n_points else order.size) if starts is not None else p1
+        rows = order[r0:r1]
+        if starts is not None:  # each row's point, counted from p0
+            point_of_row = np.repeat(np.arange(p1 - p0, dtype=np.int64),
+                                     np.diff(starts[p0:p1], append=np.int64(r1)))
+        else:
+            point_of_row = np.arange(p1 - p0, dtype=np.int64)
+        pair = point_of_row * radix + native[rows]
+        del point_of_row
+        lat_rows = latency[rows]
+        by_pair = np.lexsort((lat_rows, pair))
+        pair_s, lat_s = pair[by_pair], lat_rows[by_pair]
+        del pair, lat_rows, by_pair
+        first = np.flatnonzero(np.r_[True, pair_s[1:] != pair_s[:-1]])
+        sizes = np.diff(np.append(first, pair_s.size))
+        lat_per_pair = lat_s[first + (sizes - 1) // 2]
+        point_of_pair = pair_s[first] // radix
+        count[p0:p1] += np.bincount(point_of_pair, minlength=p1 - p0)
+        point_of_pair += p0
+        np.minimum.at(lo, point_of_pair, lat_per_pair)
+        np.maximum.at(hi, point_of_pair, lat_per_pair)
+        p0 = p1
     shared = count >= 2
     if not shared.any():
         return Agreement(tuple(int(v) for v in natives), 0, None, None, None)

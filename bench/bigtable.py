@@ -13,6 +13,7 @@ it (the first fills it, the second answers from it).
 
     python bench/bigtable.py                      # 20M rows of h200_sxm dsa_context_module
     python bench/bigtable.py --rows 5000000 --runs 3 --before /work/main/src
+    python bench/bigtable.py --repeats 2          # every key measured twice (the duplicate rule merges them)
 
 Prints one table; asserts nothing.
 """
@@ -58,9 +59,11 @@ print(json.dumps({"seconds": time.perf_counter() - start, "rows": table.num_rows
 """
 
 
-def tile(source: Path, rows: int, out: Path) -> int:
+def tile(source: Path, rows: int, out: Path, repeats: int = 1) -> int:
     """The source table tiled to ``rows`` rows (batch_size shifted per tile), written to ``out``;
-    returns the number of tiles."""
+    returns the number of tiles. With ``repeats`` > 1 every run of that many tiles shares its
+    shift, so that every key is measured that many times (the latencies differ slightly: the
+    duplicate rule merges them)."""
     table = pq.read_table(source)
     step = int(pc.max(table["batch_size"]).as_py())
     at = table.schema.get_field_index("batch_size")
@@ -73,10 +76,12 @@ def tile(source: Path, rows: int, out: Path) -> int:
     with pq.ParquetWriter(out, table.schema, compression=compression) as writer:
         left = rows
         for k in range(tiles):
-            part = table.set_column(at, "batch_size", pc.add(table["batch_size"], pa.scalar(k * step, pa.int64())))
+            shift, again = divmod(k, repeats)
+            part = table.set_column(at, "batch_size",
+                                    pc.add(table["batch_size"], pa.scalar(shift * step, pa.int64())))
             # latency rises by the table's largest per tile: every series stays as monotone as
             # the source's (the quality checks find what they find in the source, per tile)
-            part = part.set_column(lat_at, "latency", pc.add(table["latency"], pa.scalar(k * rise)))
+            part = part.set_column(lat_at, "latency", pc.add(table["latency"], pa.scalar(shift * rise + again * 1e-3)))
             part = part.slice(0, min(left, part.num_rows))
             writer.write_table(part, row_group_size=1 << 20)
             left -= part.num_rows
@@ -124,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="runs of every measurement (median, min-max)")
     parser.add_argument("--source", default=SOURCE, help="a table file of the embedded corpus, relative to it")
     parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
+    parser.add_argument("--repeats", type=int, default=1, help="times every key is measured (the duplicate rule)")
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="modperf-bigtable-"))
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         root = work / "data"
         path = root / args.source
         start = time.perf_counter()
-        tiles = tile(embedded_data_root() / args.source, args.rows, path)
+        tiles = tile(embedded_data_root() / args.source, args.rows, path, args.repeats)
         built = time.perf_counter() - start
         fields = query_fields(modperf.open(cache=False), args.source)
         table = Path(args.source).name.removesuffix("_perf.parquet")
@@ -163,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         size = path.stat().st_size
         print(f"{args.rows:,} rows: {args.source} tiled {tiles}x (built in {built:.1f} s), {size / 2**20:.0f} MiB "
               f"parquet; decoded Arrow size {nbytes / 2**20:.0f} MiB ({nbytes / args.rows:.0f} B/row); "
-              f"answers: {sorted(answers)}; runs: {args.runs}")
+              f"answers: {sorted(answers)}; every key measured {args.repeats}x; runs: {args.runs}")
         header = ("measure", "seconds", "peak RSS MiB", "peak / decoded Arrow size", "B/row at peak")
         rows = []
         for label, xs in results.items():

@@ -7,6 +7,7 @@ the innermost modperf frame; each sample counts toward the stage it was taken in
 validation with the declared guards, keying with the point guards). Prints the peak per stage.
 
     python bench/load_stages.py --rows 5000000 --before /work/main/src
+    python bench/load_stages.py --rows 20000000 --repeats 2    # every key twice: the duplicate rule
 
 Prints one table; asserts nothing.
 """
@@ -81,11 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--source", default=SOURCE, help="a table file of the embedded corpus, relative to it")
     parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
+    parser.add_argument("--repeats", type=int, default=1, help="times every key is measured (the duplicate rule)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="modperf-stages-"))
     try:
         path = work / "data" / args.source
-        tile(embedded_data_root() / args.source, args.rows, path)
+        tile(embedded_data_root() / args.source, args.rows, path, args.repeats)
         table = Path(args.source).name.removesuffix("_perf.parquet")
         trees = [("this tree", SRC)] + ([("before", str(Path(args.before).resolve()))] if args.before else [])
         rows = []
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       "MODPERF_NO_CACHE": "1", "HOME": str(work)}, check=True)
                 got = json.loads(proc.stdout)
                 rows.append((name, run + 1, got))
-        print(f"{args.rows:,} rows of {args.source}; peak RSS MiB per stage of loader.load_one (sampled every 10 ms)")
+        print(f"{args.rows:,} rows of {args.source}, every key measured {args.repeats}x; peak RSS MiB per stage of "
+              "loader.load_one (sampled every 10 ms)")
         print("tree | run | seconds | read | validation | keying")
         for name, run, got in rows:
             print(f"{name} | {run} | {got['seconds']:.2f} | {got.get('read', 0):.0f} | "

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from modperf.catalog import refs_for_paths
-from modperf.codes import combine, factorize, unique_codes
+from modperf.codes import combine, dense_levels, factorize, unique_codes
 from modperf.loader import load_table
 
 
@@ -39,6 +39,11 @@ def test_factorize_is_sorted_unique_with_inverse(values):
     want_uniq, want_codes = np.unique(values, return_inverse=True)
     assert uniq.dtype == values.dtype and codes.dtype == np.int64
     assert uniq.tolist() == want_uniq.tolist() and codes.tolist() == want_codes.reshape(-1).tolist()
+    low, span = int(values.min()), int(values.max()) - int(values.min()) + 1
+    if span < 2**31 and span <= max(values.size, 1 << 14):  # keying's presence-table ranks, with their values
+        levels, ranks = dense_levels(values, low, span)
+        assert levels.dtype == values.dtype and levels.tolist() == want_uniq.tolist()
+        assert ranks.tolist() == want_codes.reshape(-1).tolist()
 
 
 def test_duplicate_rule_is_the_lower_median(db):
@@ -241,18 +246,101 @@ def test_keying_is_the_same_whichever_way_the_key_is_coded(db, fixtures: Path, m
     """The full key is one integer tagged with its row where both fit 63 bits (wide columns
     ranked until they do), else sorted by a stable argsort, else (digits past 62 bits) each
     row's rank among the distinct rows: real tables key the same every way, aliases included."""
+    import dataclasses
+
     import modperf.buckets as buckets
     from modperf.loader import load_one
 
     alias = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
     refs = [db.table(*slot).ref for slot in KEYED_BY_EVERY_CODING] + [refs_for_paths([alias])[0]]
-    validated = [load_one(ref, db.queries.store.models).validated for ref in refs]
+    validated = [load_one(ref, db.queries.store.models, keep_validated=True).validated for ref in refs]
     expected = [_keyed_state(buckets.build_buckets(vt)) for vt in validated]
     monkeypatch.setattr(buckets, "_CODE_BITS", code_bits)
     monkeypatch.setattr(buckets, "_RADIX_BITS", radix_bits)
     for vt, want in zip(validated, expected):
         assert _keyed_state(buckets.build_buckets(vt)) == want, vt.ref.label
+        taken = dataclasses.replace(vt)  # keying empties what it consumes: the original stays whole
+        assert _keyed_state(buckets.build_buckets(taken, consume=True)) == want, vt.ref.label
+        assert (taken.categorical, taken.integers, taken.native, taken.model, taken.latency.size) == ({}, {}, None,
+                                                                                                    None, 0)
+        assert vt.integers and vt.latency.size == vt.n_rows
     assert expected[-1][11] == 3_886  # the alias table's points measured under several names
+
+
+@pytest.mark.parametrize("code_bits", [63, 30, 20])
+def test_a_big_table_reads_its_points_back_from_the_key_code(db, fixtures: Path, monkeypatch, code_bits):
+    """A big table keyed with ``consume`` drops its key and axis columns once they are in the
+    key code and reads the points' axes and the buckets' keys back from the sorted code (every
+    table counts as big here; with fewer code bits more columns are ranked, and read back
+    through their ranks' values): the same keyed table as the gathers give, aliases included."""
+    import dataclasses
+
+    import modperf.buckets as buckets
+    from modperf.loader import load_one
+
+    alias = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
+    refs = [db.table(*slot).ref for slot in KEYED_BY_EVERY_CODING] + [refs_for_paths([alias])[0]]
+    validated = [load_one(ref, db.queries.store.models, keep_validated=True).validated for ref in refs]
+    expected = [_keyed_state(buckets.build_buckets(vt)) for vt in validated]
+    read_back = buckets._read_back
+    calls: list[int] = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return read_back(*args, **kwargs)
+
+    monkeypatch.setattr(buckets, "_read_back", counted)
+    monkeypatch.setattr(buckets, "_READ_BACK_ROWS", 1)
+    monkeypatch.setattr(buckets, "_CODE_BITS", code_bits)
+    ranked = 0
+    for vt, want in zip(validated, expected):
+        calls.clear()
+        assert _keyed_state(buckets.build_buckets(dataclasses.replace(vt), consume=True)) == want, vt.ref.label
+        assert len(calls) == 2, vt.ref.label  # the points' axes, the buckets' keys
+        digits = [buckets._Digit.of_ints(vt.integers[a]) for a in vt.spec.axes]
+        ranked += buckets._radix_total(digits) >= 1 << code_bits
+    assert (ranked > 0) == (code_bits < 63)
+    assert expected[-1][11] == 3_886
+
+
+@pytest.mark.parametrize("chunk", [5, 64])
+def test_keying_is_the_same_in_chunks_of_any_size(db, fixtures: Path, monkeypatch, chunk):
+    """Keying works through a big table's rows a chunk at a time (tagging, neighbours, the
+    duplicates' order by latency, the read-back, the latency gather, the natives' agreement):
+    real tables with keys measured up to six times, aliases and natives sharing local keys key
+    the same whatever the chunk, cut inside or between repeated keys."""
+    import dataclasses
+
+    import modperf.buckets as buckets
+    from modperf.loader import load_one
+
+    alias = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
+    refs = [db.table(*slot).ref for slot in KEYED_BY_EVERY_CODING] + [refs_for_paths([alias])[0]]
+    validated = [load_one(ref, db.queries.store.models, keep_validated=True).validated for ref in refs]
+    expected = [_keyed_state(buckets.build_buckets(vt)) for vt in validated]
+    assert expected[0][10] == 44_240 and expected[-1][11] == 3_886  # duplicates merged; alias points
+    assert expected[3][12].shared_keys == 1_044  # local keys measured by two natives (their agreement)
+    monkeypatch.setattr(buckets, "_CHUNK", chunk)
+    for read_back_rows in (1 << 40, 1):
+        monkeypatch.setattr(buckets, "_READ_BACK_ROWS", read_back_rows)
+        for vt, want in zip(validated, expected):
+            assert _keyed_state(buckets.build_buckets(dataclasses.replace(vt), consume=True)) == want, vt.ref.label
+
+
+def test_a_load_keeps_the_validated_table_only_when_asked(db):
+    """Without ``keep_validated`` keying takes the validated columns over (they are dropped
+    as keying goes); the keyed table is the same either way, and the audits' view is whole."""
+    from modperf.loader import load_one
+
+    for slot in KEYED_BY_EVERY_CODING:
+        ref = db.table(*slot).ref
+        plain, kept = load_one(ref, db.queries.store.models), load_one(ref, db.queries.store.models,
+                                                                       keep_validated=True)
+        assert plain.validated is None and plain.ok and kept.ok
+        assert _keyed_state(plain.keyed) == _keyed_state(kept.keyed), slot
+        vt = kept.validated
+        assert vt is not None and vt.latency.size == vt.n_rows == plain.keyed.rows_read
+        assert set(vt.integers) >= {*vt.spec.axes, *vt.spec.heads}
 
 
 def test_scaling_pairs_by_binary_search_are_the_ranked_ones(db):
@@ -291,7 +379,7 @@ def test_keying_is_the_same_whatever_integer_type_validation_hands_it(db, dtype)
     from modperf.loader import load_one
 
     for slot in KEYED_BY_EVERY_CODING[:3]:
-        vt = load_one(db.table(*slot).ref, db.queries.store.models).validated
+        vt = load_one(db.table(*slot).ref, db.queries.store.models, keep_validated=True).validated
         want = _keyed_state(build_buckets(vt))
         assert all(int(v.min()) >= 0 and int(v.max()) < 2**31 for v in vt.integers.values())
         narrow = dataclasses.replace(vt, integers={k: v.astype(dtype) for k, v in vt.integers.items()},

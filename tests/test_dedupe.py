@@ -197,7 +197,7 @@ def test_verification_fails_closed(tmp_path: Path) -> None:
     registry = ModelRegistry.default()
     ref = _kernel_table(tmp_path / "context_mla_perf.parquet",
                         [(32, 2, 1.0), (32, 2, 2.0), (32, 4, 3.0), (64, 1, 4.0), (128, 1, 5.0)])
-    loaded = load_one(ref, registry, keep_arrow=True)
+    loaded = load_one(ref, registry, keep_arrow=True, keep_validated=True)
     assert loaded.failures == []
     audit = audit_table(loaded, keep_for_write=True)
     assert (audit.identities, audit.duplicate_rows, audit.repeat_rows) == (4, 1, 1)
@@ -213,7 +213,7 @@ def test_verification_fails_closed(tmp_path: Path) -> None:
 def test_repeats_without_a_model_column(tmp_path: Path) -> None:
     ref = _kernel_table(tmp_path / "context_mla_perf.parquet",
                         [(32, 2, 1.0), (32, 2, 1.5), (32, 2, 1.02), (64, 1, 4.0), (16, 4, 0.5)])
-    audit = audit_table(load_one(ref, ModelRegistry.default()))
+    audit = audit_table(load_one(ref, ModelRegistry.default(), keep_validated=True))
     assert audit.alias_groups == [] and audit.alias_duplicate_rows == 0
     assert (audit.repeat_rows, audit.repeat_keys) == (2, 1)
     assert audit.repeat_spread.max == pytest.approx(0.5)

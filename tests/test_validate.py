@@ -136,7 +136,13 @@ def test_unexpected_column_fails_closed(db, models, tmp_path):
     assert "column 'page_size' is not declared for table mla_context_module (family mla_module)" in str(f)
 
 
-def test_rank_local_guard(db, models, tmp_path):
+@pytest.mark.parametrize("chunk", [None, 100])
+def test_rank_local_guard(db, models, tmp_path, monkeypatch, chunk):
+    """The guard runs a chunk of rows at a time: the same row whichever chunk it falls in."""
+    if chunk is not None:
+        import modperf.validate as validate
+
+        monkeypatch.setattr(validate, "_CHUNK", chunk)
     raw = pq.read_table(db.ref(*DSV4_GEN).path)
     tp = raw.column("tp_size").to_numpy()
     model = np.array(raw.column("model").to_pylist())

@@ -88,6 +88,14 @@ def dense_ranks(values: np.ndarray, low: int, span: int) -> tuple[int, np.ndarra
     lying in [low, low + span), span < 2**31, through a presence table over the span: no sort,
     no hash and no int64 temporary per row; the ranks in the narrowest signed type over the
     count."""
+    levels, rank = dense_levels(values, low, span)
+    return int(levels.size), rank
+
+
+def dense_levels(values: np.ndarray, low: int, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values ascending, in the values' type; each value's rank among them) of
+    integers lying in [low, low + span), span < 2**31: :func:`dense_ranks` with the values the
+    ranks stand for."""
     # values - low lies in [0, span): exact in that type (the subtraction wraps consistently)
     shifted = np.subtract(values, values.dtype.type(low), dtype=narrowest_signed(0, span), casting="unsafe")
     present = np.zeros(span, dtype=bool)
@@ -95,7 +103,9 @@ def dense_ranks(values: np.ndarray, low: int, span: int) -> tuple[int, np.ndarra
     rank = np.cumsum(present, dtype=np.int64)  # (one per value of the span, not per row)
     count = int(rank[-1])
     rank -= 1
-    return count, rank.astype(narrowest_signed(0, count))[shifted]
+    levels = np.flatnonzero(present).astype(values.dtype)  # offsets from low, wrapping back to
+    levels += values.dtype.type(low)  # the values themselves
+    return levels, rank.astype(narrowest_signed(0, count))[shifted]
 
 
 #: Integer columns whose values span at most this many (or as many as they have rows) are

@@ -165,6 +165,8 @@ class _FileFacts:
 def _facts(loaded: Loaded) -> _FileFacts:
     facts = _FileFacts(loaded.family, list(loaded.failures))
     kt, vt = loaded.keyed, loaded.validated
+    if kt is not None and vt is None:  # a caller's mistake, not the data's: never empty facts
+        raise ValueError("coverage reads the validated rows: load the table with keep_validated=True")
     if kt is None or vt is None:
         return facts
     points = np.diff(kt.offsets)
@@ -327,7 +329,7 @@ ProgressCallback = Callable[[int, int, Any], None]
 def _load_facts(selection: Selection, workers: int | None,
                 on_progress: ProgressCallback | None) -> dict[Any, _FileFacts]:
     """Facts per physical file, each file loaded once however many slots it answers."""
-    return load_many(selection, _facts, workers=workers, on_progress=on_progress)
+    return load_many(selection, _facts, keep_validated=True, workers=workers, on_progress=on_progress)
 
 
 def _sort_key(ref: TableRef) -> tuple:
@@ -597,7 +599,8 @@ def model_coverage(
     native = cfg.native_heads
     selection = scope.select()
     refs = selection.refs
-    facts = load_many(selection, _facts, registry=registry, workers=workers, on_progress=on_progress)
+    facts = load_many(selection, _facts, registry=registry, keep_validated=True, workers=workers,
+                      on_progress=on_progress)
 
     # geometries measured anywhere, per family (which families are this model's kind)
     measured_geometries: dict[str, set[tuple]] = {}

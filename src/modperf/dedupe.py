@@ -286,6 +286,8 @@ def audit_table(loaded: Loaded, *, tolerance: float = DEFAULT_TOLERANCE, prefer:
     out = FileDedupe(loaded.ref, loaded.family.name if loaded.family else None, failures=list(loaded.failures))
     vt = loaded.validated
     if vt is None:
+        if loaded.keyed is not None:  # a caller's mistake, not the data's: never an empty audit
+            raise ValueError("audit_table reads the validated rows: load the table with keep_validated=True")
         return out
     n = vt.n_rows
     out.rows = n
@@ -550,7 +552,7 @@ def write_table(loaded: Loaded, audit: FileDedupe, dest: Path, registry: ModelRe
     def verify(temp: Path) -> None:
         check_ref = TableRef(loaded.ref.table, temp, loaded.ref.system, loaded.ref.family_dir,
                              loaded.ref.backend, loaded.ref.version)
-        again = load_one(check_ref, registry)
+        again = load_one(check_ref, registry, keep_validated=True)
         fix = "this is a modperf bug: report it with the source file; nothing was written"
         if again.keyed is None:
             failures.append(E.DedupeVerifyError(
@@ -632,8 +634,8 @@ def dedupe(
         audit._kept_rows = audit._kept_names = None  # free the per-row state
         return audit
 
-    by_path = load_many(selection, run, registry=registry, keep_arrow=write is not None, workers=workers,
-                        on_progress=on_progress)
+    by_path = load_many(selection, run, registry=registry, keep_arrow=write is not None, keep_validated=True,
+                        workers=workers, on_progress=on_progress)
     files = [by_path[ref.path] for ref in selection.refs]
     return DedupeReport(files, tolerance, str(Path(write).expanduser().resolve()) if write is not None else None,
                         time.perf_counter() - start, selection.problems)

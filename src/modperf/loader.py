@@ -48,8 +48,8 @@ R = TypeVar("R")
 
 @dataclass
 class Loaded:
-    """One table after every guard: the validated rows, the keyed table and (on request) the
-    arrow table as read. ``failures`` is non-empty exactly when ``keyed`` is None."""
+    """One table after every guard: the keyed table and, on request, the validated rows and
+    the arrow table as read. ``failures`` is non-empty exactly when ``keyed`` is None."""
 
     ref: TableRef
     family: Family | None
@@ -64,8 +64,12 @@ class Loaded:
         return self.keyed is not None and not self.failures
 
 
-def load_one(ref: TableRef, registry: ModelRegistry, *, keep_arrow: bool = False) -> Loaded:
-    """Validate and key one table; data problems land in ``failures``, never raise."""
+def load_one(ref: TableRef, registry: ModelRegistry, *, keep_arrow: bool = False,
+             keep_validated: bool = False) -> Loaded:
+    """Validate and key one table; data problems land in ``failures``, never raise.
+    ``validated`` is kept where asked (the audits read it): otherwise keying takes the
+    validated columns over and drops each once used (``build_buckets(consume=True)``), so
+    that a big table's validated columns and its keyed arrays are never all alive at once."""
     from .buckets import build_buckets
     from .keyed_guards import check_points
     from .reader import read_table
@@ -89,7 +93,9 @@ def load_one(ref: TableRef, registry: ModelRegistry, *, keep_arrow: bool = False
     # whole (validate.read_narrow), else whole, dropping the decoded table as soon as its
     # columns are typed, before validation's and keying's working arrays come
     validated, failures = validate_table(ref, family, registry, arrow)
-    keyed = build_buckets(validated) if validated is not None else None
+    keyed = build_buckets(validated, consume=not keep_validated) if validated is not None else None
+    if not keep_validated:
+        validated = None  # emptied by keying
     if keyed is not None:
         failures = check_points(keyed)
         if failures:
@@ -236,19 +242,21 @@ def load_many(
     *,
     registry: ModelRegistry | None = None,
     keep_arrow: bool = False,
+    keep_validated: bool = False,
     workers: int | None = None,
     on_progress: Callable[[int, int, Any], None] | None = None,
 ) -> dict[Path, R]:
     """Load every selected table file once (slots sharing a donor file share its load) and
     reduce it with ``each`` in the worker, so a whole corpus never sits in memory at once.
-    Returns ``each``'s result per file path."""
+    Returns ``each``'s result per file path. ``keep_arrow``, ``keep_validated``: as
+    :func:`load_one`."""
     registry = registry or selection.scope.registry()
     physical: dict[Path, TableRef] = {}
     for ref in selection.refs:
         physical.setdefault(ref.path, ref)
     items = list(physical.values())
-    results = parallel_map(lambda r: each(load_one(r, registry, keep_arrow=keep_arrow)), items, workers,
-                           on_progress)
+    results = parallel_map(lambda r: each(load_one(r, registry, keep_arrow=keep_arrow, keep_validated=keep_validated)),
+                           items, workers, on_progress)
     return {ref.path: res for ref, res in zip(items, results)}
 
 

@@ -108,10 +108,35 @@ def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     20M-row table's heads x tp in int16 is 40 MB, in int64 160): the bound is taken in Python
     integers; past int64 the product wraps as int64 arithmetic does (the guards check the
     ranges of heads and tp before they multiply them)."""
+    return np.multiply(a, b, dtype=_product_type(a, b))
+
+
+def _product_type(a: np.ndarray, b: np.ndarray) -> np.dtype:
+    """The type :func:`_product` computes ``a * b`` in."""
     if not a.size:
-        return np.multiply(a, b, dtype=np.int64)
+        return np.dtype(np.int64)
     bound = max(abs(int(a.min())), abs(int(a.max()))) * max(abs(int(b.min())), abs(int(b.max())))
-    return np.multiply(a, b, dtype=narrowest_signed(-bound, bound))
+    return narrowest_signed(-bound, bound)
+
+
+#: Row-wise checks over this many rows at a time (bounded temporaries on a big table).
+_CHUNK = 1 << 20
+
+
+def _not_rank_local(known: np.ndarray, stale: np.ndarray, heads: np.ndarray, tp: np.ndarray,
+                    native: np.ndarray) -> np.ndarray:
+    """``known & ~stale & (tp > 1) & (heads * tp != native)``, a chunk of rows at a time: on a
+    20M-row table the whole expression's temporaries were validation's peak."""
+    dtype = _product_type(heads, tp)
+    bad = np.empty(known.size, dtype=bool)
+    for lo in range(0, known.size, _CHUNK):
+        part = slice(lo, lo + _CHUNK)
+        out = bad[part]
+        np.greater(tp[part], 1, out=out)
+        out &= known[part]
+        out &= ~stale[part]
+        out &= np.multiply(heads[part], tp[part], dtype=dtype) != native[part]
+    return bad
 
 
 @dataclass
@@ -439,7 +464,8 @@ def validate_table(
     configs: dict[str, ModelConfig] = {}
     row_config_ok = np.ones(n, dtype=bool)
     if model is not None:
-        used = np.bincount(model.codes, minlength=len(model.values)) > 0
+        used = np.zeros(len(model.values), dtype=bool)  # (a bincount widens every code to int64 first)
+        used[unique_codes(model.codes, len(model.values))] = True
         for code, name in enumerate(model.values):
             if not used[code]:
                 continue
@@ -512,13 +538,16 @@ def validate_table(
         if ok_rows.any():
             allowed = spec.zero_latency_rule({k: _wide(v) for k, v in integers.items()}, per_row) & ok_rows
         zero &= ~allowed
+        del allowed, ok_rows
     bad_latency |= zero
+    del zero
     if bad_latency.any():
         rows = _rows(bad_latency)
         note = f"; this table allows 0 only where {spec.zero_latency_note}" if spec.zero_latency_note else ""
         out.add(E.InvalidLatencyError, f"latency must be finite and > 0 ms{note}", rows=rows,
                 values={"examples": latency[rows[:3]].tolist()},
                 fix="re-measure these rows; a failed or skipped measurement must not be stored as a latency")
+    del bad_latency  # (a 20M-row table's row masks are 19 MiB each: none outlives its check)
 
     if not ranges_ok:  # the head-axis checks multiply heads by tp: not with numbers out of range
         return None, out.failures
@@ -535,7 +564,7 @@ def validate_table(
         if family.tier is Tier.NATIVE:
             _native_contract(out, model, heads, tp, native, known_rows, integers.get("local_num_heads"))
         else:
-            bad = known_rows & ~stale_rows & (tp > 1) & (_product(heads, tp) != native)
+            bad = _not_rank_local(known_rows, stale_rows, heads, tp, native)
             if bad.any():
                 _report_by_model(
                     out, E.RankLocalError, bad, model, heads, tp, native,

@@ -273,12 +273,20 @@ def test_points_a_plan_leaves_to_the_engine_get_the_engines_answer_or_error(cach
     modperf.open(root).answer({**MLA, **POINTS[0]}, quality=False)
     for point, why in (({"batch_size": 1, "isl": 40000}, "past the measured range"),
                        ({"batch_size": 4096, "isl": 1 << 20}, "refused"),
-                       ({"batch_size": "4", "isl": 1024}, "a string"),
+                       ({"batch_size": " 4", "isl": 1024}, "text the query strips"),
+                       ({"batch_size": "+4", "isl": 1024}, "text with a sign"),
                        ({"batch_size": 4.0, "isl": 1024}, "a float")):
         fields = {**MLA, **point}
         reader = modperf.open(root)
         assert reader._plans is not None and reader._plans.answer(fields, False) is None, why
         assert answered(reader, fields) == answered(reference, fields), why
+    # axis values as text of ASCII digits (the command line's) are read as the query reads them
+    fields = {**MLA, "batch_size": "3", "isl": "1500"}
+    reader = modperf.open(root)
+    assert reader._plans is not None
+    got = reader._plans.answer(fields, False)
+    assert got is not None and got == reference.answer(fields, quality=False)
+    assert got.fields["batch_size"] == 3 and got.kind == "interpolated"
 
 
 _FILL = """

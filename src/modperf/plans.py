@@ -286,11 +286,6 @@ class PlanStore:
             self._code = code_fingerprint()
         return self._code
 
-    def axis_names(self) -> frozenset[str] | None:
-        """The field names that are interpolation axes (the point, not the plan), as the code
-        that wrote the plans declares them; None before any plan of this code was written."""
-        return self._context_names()
-
     def _context_names(self) -> frozenset[str] | None:
         if self._context is None:
             found = _read(os.path.join(self.folder, CONTEXT_PREFIX + self.code() + DEPENDS_SUFFIX))
@@ -347,6 +342,9 @@ class PlanStore:
         if notes and plan.quality != "notes":
             return None
         read = read_point(plan.axis_checks, fields)
+        if read is None:  # axis values given as text (the command line's): read as the query reads them
+            as_ints = _digit_axes(plan.axis_checks, fields)
+            read = None if as_ints is None else read_point(plan.axis_checks, as_ints)
         if read is None or not plan.grid.inside(read[0]):
             return None
         answer = answer_at(plan, *read)
@@ -440,6 +438,9 @@ class PlanStore:
         key = None if by_names is None else self._file_key(by_names[0](fields))
         if key is None:
             return False
+        found = self._load(names, key)  # a plan that holds is this one: not written again
+        if found is not None and (quality == "unknown" or found.quality == quality):
+            return True
         depends = (self.root, [(rel, list(st)) for rel, st in watched[0]], [(rel, d) for rel, d in watched[1]])
         scan = _digest_text(depends)
         scan_file = os.path.join(self.folder, SCAN_PREFIX + scan + DEPENDS_SUFFIX)
@@ -471,6 +472,20 @@ class PlanStore:
         _write(path, data)
         _bound(self.folder, path, SUFFIX)
         return True
+
+
+def _digit_axes(axis_checks: Any, fields: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``fields`` with each axis value that is a string of ASCII digits as the int it spells
+    (the query parses such text to that int: modperf.limits.parse_int); None where none is."""
+    out = None
+    for check in axis_checks:
+        name = check[0]
+        value = fields.get(name) if name is not None else None
+        if type(value) is str and value.isascii() and value.isdigit():
+            if out is None:
+                out = dict(fields)
+            out[name] = int(value)
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -6,10 +6,10 @@ Only a plain command line takes this way: ``query``, the table first, then optio
 ``--NAME VALUE`` or ``--NAME=VALUE`` (each once), ``--json``, and no ``--data-root``,
 ``--model-configs``, ``--batch``, ``--no-cache`` or ``MODPERF_DATA_ROOT``. The fields are
 built as the typer command builds them (``--tp``, ``--native-heads`` and ``--num-heads`` as
-integers; any other ``--FIELD VALUE`` a string; axis values of ASCII digits read as integers,
-as the query reads them). Anything else, and a question no plan holds, returns None: the typer
-command then runs it as always (and writes the plan for next time). The output is the typer
-command's, byte for byte (tests/cli/test_single.py).
+integers; any other ``--FIELD VALUE`` a string, which a plan reads as the query does).
+Anything else, and a question no plan holds, returns None: the typer command then runs it as
+always (and writes the plan for next time). The output is the typer command's, byte for byte
+(tests/cli/test_single.py).
 """
 
 from __future__ import annotations
@@ -105,11 +105,7 @@ def run_alone(args: list[str]) -> int | None:
     from ..plans import PlanStore
 
     store = PlanStore.open(None, [])
-    axes = None if store is None else store.axis_names()
-    if store is None or axes is None:
-        return None
-    asked = {k: (int(v) if k in axes and type(v) is str and _digits(v) else v) for k, v in fields.items()}
-    answer = store.answer(asked, True)
+    answer = None if store is None else store.answer(fields, True)
     if answer is None:
         return None
     from ..jsonio import dumps

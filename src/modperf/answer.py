@@ -1,12 +1,12 @@
 """One answer (:class:`Answer`) and the single query's fast path, without numpy.
 
 A resolved plan (:class:`modperf.query.QueryEngine`'s, or one restored from disk by
-:mod:`modperf.plans`) answers a point by :func:`read_point` (the fields' axis values, when
-every one is a plain int in its range) and :func:`answer_at` (the cell, a blend along one
-axis, or the lattice's general lookup). Both paths run this code, so an answer from a persisted
-plan is the in-process one bit for bit. A plan here is anything with ``grid`` (a
-:class:`modperf.lattice.Lattice`), ``template`` (an :class:`Answer`), ``axis_checks``,
-``echoed`` and ``extrapolation_model``.
+:mod:`modperf.plans`) answers a point by :func:`fast_answer`: the fields' axis values, when
+every one is a plain int in its range, then the cell, a blend along one axis, or the lattice's
+general lookup. Both paths run this code, so an answer from a persisted plan is the in-process
+one bit for bit. A plan here is anything with ``grid`` (a :class:`modperf.lattice.Lattice`),
+``template`` (an :class:`Answer`), ``axis_checks``, ``echoed``, ``extrapolation_model`` and
+``lanes`` (with ``lane_for`` and ``axis_fields`` where it is not None).
 """
 
 from __future__ import annotations
@@ -128,16 +128,20 @@ class Answer:
 # --- the fast path ----------------------------------------------------------------------------
 
 
-def read_point(axis_checks: tuple[tuple[str | None, int, int, int | None, dict[int, int]], ...],
-               fields: Mapping[str, Any]) -> tuple[list[int], int] | None:
-    """(the point, its cell in the padded lattice) when every axis value is a plain int inside
-    its range, or left out where the plan fixes it; else None (anything else, a string, a float,
-    a bool, None, out of range, is parsed or refused by the reference path). The cell is the
-    sum of the values' offsets: negative when a value is not a lattice value."""
+def fast_answer(plan: Any, fields: Mapping[str, Any]) -> tuple[Answer, Any, list[int]] | None:
+    """(the answer, the plan that answered, the point) where every axis value of ``fields`` is a
+    plain int inside its range (or left out where the plan fixes it) and the lattice answers
+    the point: a measured cell's stored latency, a blend along the one axis off the lattice, or
+    the lattice's general lookup. None for anything else (a string, a float, a bool, None, out
+    of range: the reference path parses or refuses it; a refused point: it says why; a point
+    past the measured range of a lattice without a roofline). Where a lane rule picks the
+    kernel per shape (``plan.lanes``), the lane's plan answers. The answer is a shallow copy of
+    the template (its attribute dict copied whole) with the point's part set."""
     point = []
-    cell = 0
-    for name, low, high, fixed, offsets in axis_checks:
-        value = fields.get(name)  # type: ignore[arg-type]  # None: the heads axis (never a field's name)
+    cell = 0  # the point's cell in the padded lattice: the sum of its values' offsets (negative
+    # when a value is not a lattice value)
+    for name, low, high, fixed, offsets in plan.axis_checks:
+        value = fields.get(name)  # None: the heads axis (never a field's name)
         if type(value) is int and low <= value <= high:
             pass
         elif value is None and fixed is not None:
@@ -146,22 +150,11 @@ def read_point(axis_checks: tuple[tuple[str | None, int, int, int | None, dict[i
             return None
         point.append(value)
         cell += offsets.get(value, MISSING_OFFSET)
-    return point, cell
-
-
-def cell_of(axis_checks: tuple[tuple[Any, ...], ...], point: list[int]) -> int:
-    """The cell of ``point`` (as :func:`read_point` sums it) in another plan's lattice."""
-    cell = 0
-    for check, value in zip(axis_checks, point):
-        cell += check[4].get(value, MISSING_OFFSET)
-    return cell
-
-
-def answer_at(plan: Any, point: list[int], cell: int) -> Answer | None:
-    """The answer of ``plan`` at ``point`` (its cell from :func:`read_point`): a measured cell's
-    stored latency, a blend along the one axis off the lattice, or the lattice's general lookup;
-    None where the lookup refuses (the reference path says why). The answer is a shallow copy of
-    the template (its attribute dict copied whole) with the point's part set."""
+    if plan.lanes is not None:  # the lane the backend runs here (its grid: the cell again)
+        plan = plan.lane_for(dict(zip(plan.axis_fields, point)))
+        cell = 0
+        for check, value in zip(plan.axis_checks, point):
+            cell += check[4].get(value, MISSING_OFFSET)
     grid = plan.grid
     t = plan.template
     answer = object.__new__(Answer)
@@ -178,6 +171,8 @@ def answer_at(plan: Any, point: list[int], cell: int) -> Answer | None:
         if heads_used:
             values["locals_used"] = heads_used
     else:
+        if grid.roofline is None and not grid.inside(point):
+            return None
         found = grid.lookup_general(point)
         if found.kind == REFUSED:
             return None
@@ -191,7 +186,7 @@ def answer_at(plan: Any, point: list[int], cell: int) -> Answer | None:
     for name, i in plan.echoed:
         resolved[name] = point[i]
     values["fields"] = resolved
-    return answer
+    return answer, plan, point
 
 
 def _between(plan: Any, point: list[int], cell: int) -> tuple[float, tuple[int, ...]] | None:
@@ -235,4 +230,4 @@ def extrapolation_of(grid: Lattice, model: str, found: Lookup) -> dict[str, Any]
             "outside_axes": list(found.outside), "measured_range": grid.ranges(), "model": model}
 
 
-__all__ = ["HEADS", "Answer", "answer_at", "cell_of", "extrapolation_of", "quality_notes", "read_point"]
+__all__ = ["HEADS", "Answer", "extrapolation_of", "fast_answer", "quality_notes"]

@@ -55,7 +55,7 @@ import sys
 from operator import itemgetter
 
 from ._meta import __version__
-from .answer import Answer, answer_at, quality_notes, read_point
+from .answer import Answer, fast_answer, quality_notes
 from .cache_keys import (
     PLAN_DEPENDS_SUFFIX,
     PLAN_SUFFIX,
@@ -218,12 +218,14 @@ def file_digest(path: str | None) -> str | None:
 
 
 class StoredPlan:
-    """A plan read from disk: what :func:`modperf.answer.answer_at` reads, and the group's
+    """A plan read from disk: what :func:`modperf.answer.fast_answer` reads, and the group's
     quality notes (``quality``: ``"none"``, ``"notes"`` with them in ``quality_found``, or
     ``"unknown"`` where the writer did not look)."""
 
     __slots__ = ("axis_checks", "echoed", "extrapolation_model", "grid", "local", "quality", "quality_found",
                  "template")
+    #: (a persisted plan has no lane rule: a table with one is left to the engine)
+    lanes = None
 
     def __init__(self, template: Answer, axis_checks: Any, echoed: Any, grid: Lattice, extrapolation_model: str,
                  local: int | None, quality: str, quality_found: Any) -> None:
@@ -341,15 +343,15 @@ class PlanStore:
         notes = quality and plan.quality != "none"
         if notes and plan.quality != "notes":
             return None
-        read = read_point(plan.axis_checks, fields)
-        if read is None:  # axis values given as text (the command line's): read as the query reads them
+        found = fast_answer(plan, fields)
+        if found is None:  # axis values given as text (the command line's): read as the query reads them
             as_ints = _digit_axes(plan.axis_checks, fields)
-            read = None if as_ints is None else read_point(plan.axis_checks, as_ints)
-        if read is None or not plan.grid.inside(read[0]):
-            return None
-        answer = answer_at(plan, *read)
-        if notes and answer is not None:
-            answer.quality = quality_notes(plan, plan.quality_found, read[0], answer.kind == "exact")
+            found = None if as_ints is None else fast_answer(plan, as_ints)
+            if found is None:
+                return None
+        answer, _, point = found
+        if notes:
+            answer.quality = quality_notes(plan, plan.quality_found, point, answer.kind == "exact")
         return answer
 
     def _path(self, names: tuple[Any, ...], key: Any) -> str:

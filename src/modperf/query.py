@@ -31,7 +31,7 @@ import numpy as np
 from . import cache as keyed_cache
 from . import errors as E
 from . import limits
-from .answer import Answer, answer_at, cell_of, extrapolation_of, quality_notes, read_point
+from .answer import Answer, extrapolation_of, fast_answer, quality_notes
 from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
@@ -386,17 +386,11 @@ class QueryEngine:
         findings on the measured points it stands on. ``diagnose=False`` refuses a point outside
         the grid without searching for the nearest measured points (a caller trying several
         kernels asks again, diagnosed, only when every one refuses)."""
-        plan = asked = self._cached_plan(fields)
-        read = read_point(plan.axis_checks, fields)
-        if read is None:
+        asked = self._cached_plan(fields)
+        found = fast_answer(asked, fields)
+        if found is None:  # a value to parse, or a point to refuse: the reference path
             return self.answer_of(asked, fields, quality=quality, diagnose=diagnose)
-        point, cell = read
-        if plan.lanes is not None:  # the lane the backend runs here (its grid: the cell again)
-            plan = plan.lane_for(dict(zip(plan.axis_fields, point)))
-            cell = cell_of(plan.axis_checks, point)
-        answer = answer_at(plan, point, cell)
-        if answer is None:  # refused: the reference path says why
-            return self.answer_of(asked, fields, quality=quality, diagnose=diagnose)
+        answer, plan, point = found
         values = answer.__dict__
         exact_hit = values["kind"] == "exact"
         if self.annotate_quality if quality is None else quality:

@@ -632,16 +632,16 @@ def clear(folder: Path | None = None) -> CacheInfo:
     remove_files([e.file for e in removed.entries], "a cache entry", folder, SUFFIX)
     clear_scans(folder)
     remove_files(list(_entry_files(folder / GRIDS, GRID_SUFFIX)), "a cached grid", folder / GRIDS, GRID_SUFFIX)
-    remove_files(_plan_files(folder), "a query plan", folder / PLANS_FOLDER, PLAN_SUFFIX)
-    remove_files([], "a query plan", folder / PLANS_FOLDER, PLAN_DEPENDS_SUFFIX)
+    remove_files(_plan_files(folder), "a query plan", folder / PLANS_FOLDER, (PLAN_SUFFIX, PLAN_DEPENDS_SUFFIX))
     return removed
 
 
-def remove_files(files: list[Path], what: str, folder: Path, suffix: str) -> None:
+def remove_files(files: list[Path], what: str, folder: Path, suffix: str | tuple[str, ...]) -> None:
     """Remove cache files (one already gone is no failure; one that cannot be removed is a
     typed failure naming it), then the stale temporary files of such files in ``folder``."""
     from .errors import WriteFailedError
 
+    suffixes = (suffix,) if isinstance(suffix, str) else suffix
     for path in files:
         try:
             path.unlink()
@@ -652,7 +652,7 @@ def remove_files(files: list[Path], what: str, folder: Path, suffix: str) -> Non
                                    fix="check the cache folder's permissions") from None
     with contextlib.suppress(OSError):
         for temp in atomic.temp_files(folder):
-            if temp.name.startswith(".") and suffix in temp.name and atomic.is_stale_temp(temp):
+            if temp.name.startswith(".") and any(x in temp.name for x in suffixes) and atomic.is_stale_temp(temp):
                 temp.unlink()
 
 

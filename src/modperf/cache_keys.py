@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 CACHE_DIR_ENV = "MODPERF_CACHE_DIR"
 NO_CACHE_ENV = "MODPERF_NO_CACHE"
 DATA_PACKAGE = "aiconfigurator-core"
+DATA_ROOT_ENV = "MODPERF_DATA_ROOT"
+MODEL_CONFIGS_ENV = "MODPERF_MODEL_CONFIGS"
+#: The corpus package's folders, relative to its distribution base: the data root, the GPU
+#: spec files, the model configs.
+EMBEDDED_DATA = "aiconfigurator_core/systems/data"
+EMBEDDED_SYSTEMS = "aiconfigurator_core/systems"
+EMBEDDED_CONFIGS = "aiconfigurator_core/model_configs"
 #: Where modperf.plans keeps query plans in the cache folder, and their files' suffixes (the
 #: plans, and what they depend on): modperf.cache lists and clears them.
 PLANS_FOLDER, PLAN_SUFFIX, PLAN_DEPENDS_SUFFIX = "plans", ".mpq", ".mpd"
@@ -62,6 +69,26 @@ def source_digest(prefix: str, files: Sequence[str | os.PathLike[str]]) -> str:
         except OSError:
             h.update(b"?")
     return h.hexdigest()
+
+
+def content_digest(data: bytes) -> str:
+    """The digest a cache keeps of some bytes (a sidecar, a spec file)."""
+    return blake2b(data, digest_size=16).hexdigest()
+
+
+def is_digits(value: str) -> bool:
+    """Whether ``value`` is ASCII digits only (the command line's integers)."""
+    return value.isascii() and value.isdigit()
+
+
+def config_folders(embedded: str, extra: Sequence[str | os.PathLike[str]] | None) -> list[str]:
+    """The model-config folders of a default registry, in order (later folders win): the
+    corpus's, then ``MODPERF_MODEL_CONFIGS`` (``os.pathsep``-separated), then ``extra``."""
+    folders = [embedded]
+    env = os.environ.get(MODEL_CONFIGS_ENV)
+    if env:
+        folders += [os.path.expanduser(p) for p in env.split(os.pathsep) if p]
+    return folders + [os.path.expanduser(os.fspath(p)) for p in (extra or [])]
 
 
 def source_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -104,7 +131,7 @@ def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any]) -
                 return False
         for rel, digest in sidecars:
             with open(join(root, rel), "rb") as f:
-                if blake2b(f.read(), digest_size=16).hexdigest() != digest:
+                if content_digest(f.read()) != digest:
                     return False
     except (OSError, TypeError, ValueError):
         return False
@@ -134,5 +161,6 @@ def distribution_base() -> str | None:
     return found
 
 
-__all__ = ["CACHE_DIR_ENV", "DATA_PACKAGE", "NO_CACHE_ENV", "blake2b", "cache_folder", "distribution_base", "enabled",
-           "scan_unchanged", "source_digest", "source_identity"]
+__all__ = ["CACHE_DIR_ENV", "DATA_PACKAGE", "DATA_ROOT_ENV", "EMBEDDED_CONFIGS", "EMBEDDED_DATA", "EMBEDDED_SYSTEMS",
+           "MODEL_CONFIGS_ENV", "NO_CACHE_ENV", "blake2b", "cache_folder", "config_folders", "content_digest",
+           "distribution_base", "enabled", "is_digits", "scan_unchanged", "source_digest", "source_identity"]

@@ -20,11 +20,17 @@ from typing import Any, Protocol
 
 from . import errors as E
 from .atomic import TMP_SUFFIX, is_live_temp
-from .cache_keys import DATA_PACKAGE, distribution_base
+from .cache_keys import (
+    DATA_PACKAGE,
+    DATA_ROOT_ENV,
+    EMBEDDED_CONFIGS,
+    EMBEDDED_DATA,
+    EMBEDDED_SYSTEMS,
+    distribution_base,
+)
 from .errors import DataRootError, UnknownTableError
 from .limits import MAX_CONFIG_BYTES
 
-DATA_ROOT_ENV = "MODPERF_DATA_ROOT"
 PARQUET_SUFFIX = "_perf.parquet"
 CSV_SUFFIX = "_perf.txt"
 
@@ -66,16 +72,16 @@ def _package_dir(relative: str) -> Path:
 
 def embedded_data_root() -> Path:
     """The ``systems/data`` folder of the installed aiconfigurator-core wheel."""
-    return _package_dir("aiconfigurator_core/systems/data")
+    return _package_dir(EMBEDDED_DATA)
 
 
 def embedded_systems_dir() -> Path:
     """The ``systems`` folder (GPU spec YAML files live here)."""
-    return _package_dir("aiconfigurator_core/systems")
+    return _package_dir(EMBEDDED_SYSTEMS)
 
 
 def embedded_model_configs() -> Path:
-    return _package_dir("aiconfigurator_core/model_configs")
+    return _package_dir(EMBEDDED_CONFIGS)
 
 
 def resolve_data_root(data_root: str | os.PathLike[str] | None = None) -> Path:

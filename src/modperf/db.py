@@ -132,11 +132,9 @@ class Database:
         native_heads=..., tp_size=... | num_heads=..., <key columns>..., allow_substitute=False)``.
         Every field is a keyword (``self`` positional-only), so no field name collides with a
         Python name: an unknown one is a QueryFieldError like any other."""
-        if self._query_engine is None and self._plans is not None:
-            found = self._plans.answer(fields, True)
-            if found is not None:
-                return found
-        return self.queries.query(fields)
+        # quality notes as the engine lists them by default (on, unless its annotate_quality is off)
+        engine = self._query_engine
+        return self.answer(fields, quality=engine is None or engine.annotate_quality)
 
     def answer(self, fields: Mapping[str, Any], *, quality: bool = True, diagnose: bool = True) -> Answer:
         """``query`` with the fields as a mapping; ``quality=False`` skips the quality notes

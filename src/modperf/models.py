@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from . import limits
+from .cache_keys import MODEL_CONFIGS_ENV, config_folders
 from .errors import ModelConfigError, ModelConfigsFolderError, UnknownModelError, quote
 
-MODEL_CONFIGS_ENV = "MODPERF_MODEL_CONFIGS"
 CONFIG_SUFFIX = "_config.json"
 #: Companion files that sit beside configs but are not model configs.
 NOT_CONFIGS = ("_hf_quant_config.json",)
@@ -309,12 +309,7 @@ class ModelRegistry:
     def default(cls, extra: Iterable[str | os.PathLike[str]] | None = None) -> ModelRegistry:
         from .catalog import embedded_model_configs
 
-        folders: list[Path] = [embedded_model_configs()]
-        env = os.environ.get(MODEL_CONFIGS_ENV)
-        if env:
-            folders += [Path(p).expanduser() for p in env.split(os.pathsep) if p]
-        folders += [Path(p).expanduser() for p in (extra or [])]
-        return cls(folders)
+        return cls([Path(f) for f in config_folders(str(embedded_model_configs()), list(extra or []))])
 
     def ids(self) -> list[str]:
         return sorted(self._paths)

@@ -57,12 +57,18 @@ from operator import itemgetter
 from ._meta import __version__
 from .answer import Answer, fast_answer, quality_notes
 from .cache_keys import (
+    DATA_ROOT_ENV,
+    EMBEDDED_CONFIGS,
+    EMBEDDED_DATA,
     PLAN_DEPENDS_SUFFIX,
     PLAN_SUFFIX,
     PLANS_FOLDER,
     blake2b,
     cache_folder,
+    config_folders,
+    content_digest,
     distribution_base,
+    is_digits,
     scan_unchanged,
     source_identity,
 )
@@ -80,7 +86,6 @@ SUFFIX = PLAN_SUFFIX
 SCAN_PREFIX = "scan-"
 CONTEXT_PREFIX = "context-"
 DEPENDS_SUFFIX = PLAN_DEPENDS_SUFFIX
-MODEL_CONFIGS_ENV = "MODPERF_MODEL_CONFIGS"
 _DIGEST = 32
 #: Field values a persisted plan is keyed by (their repr is exact and stable).
 _KEY_TYPES = (str, int, float, bool, type(None))
@@ -160,18 +165,12 @@ def numpy_fingerprint() -> str | None:
     return None
 
 
-def config_folders(model_configs: Sequence[str | os.PathLike[str]] | None) -> list[str] | None:
+def default_config_folders(model_configs: Sequence[str | os.PathLike[str]] | None) -> list[str] | None:
     """The model-config folders a default registry reads (:meth:`ModelRegistry.default`), in
-    order, or None where they cannot be named without the registry (then no plan is used)."""
+    order, or None where the corpus package is not found without the catalog (then no plan is
+    used)."""
     base = distribution_base()
-    if base is None:
-        return None
-    folders = [os.path.join(base, "aiconfigurator_core", "model_configs")]
-    env = os.environ.get(MODEL_CONFIGS_ENV)
-    if env:
-        folders += [os.path.expanduser(p) for p in env.split(os.pathsep) if p]
-    folders += [os.path.expanduser(os.fspath(p)) for p in (model_configs or [])]
-    return folders
+    return None if base is None else config_folders(os.path.join(base, EMBEDDED_CONFIGS), model_configs)
 
 
 def configs_fingerprint(folders: list[str]) -> str | None:
@@ -209,7 +208,7 @@ def file_digest(path: str | None) -> str | None:
         return None
     try:
         with open(path, "rb") as f:
-            return blake2b(f.read(), digest_size=16).hexdigest()
+            return content_digest(f.read())
     except OSError:
         return None
 
@@ -267,16 +266,16 @@ class PlanStore:
         """The store of a database, or None where its data root or config folders are not
         plain folders named without the catalog (the database then opens as without plans,
         and reports what is wrong as it always did)."""
-        chosen = data_root if data_root is not None else os.environ.get("MODPERF_DATA_ROOT") or None
+        chosen = data_root if data_root is not None else os.environ.get(DATA_ROOT_ENV) or None
         given = None if chosen is None else os.fspath(chosen)
         if chosen is None:
             base = distribution_base()
             if base is None:
                 return None
-            root = os.path.join(base, "aiconfigurator_core", "systems", "data")
+            root = os.path.join(base, EMBEDDED_DATA)
         else:
             root = os.path.expanduser(os.fspath(chosen))
-        folders = config_folders(model_configs)
+        folders = default_config_folders(model_configs)
         if folders is None or not os.path.isdir(root) or not all(os.path.isdir(f) for f in folders):
             return None
         return cls(os.path.abspath(root), given, folders, cache_folder())
@@ -400,7 +399,7 @@ class PlanStore:
         if not self._once(("scan", scan), scan_holds):
             return False
         for source in doc["sources"]:
-            if not self._once(("source", source), lambda s=source: _identity_tuple(source_identity(s[0])) == s):  # type: ignore[misc]
+            if not self._once(("source", source), lambda s=source: _current_source(s)):  # type: ignore[misc]
                 return False
         spec_path, spec_digest = doc["spec"]
         return self._once(("spec", spec_path, spec_digest), lambda: file_digest(spec_path) == spec_digest)
@@ -429,8 +428,7 @@ class PlanStore:
         for keyed in tables:
             if keyed is None or keyed.cache_source is None:  # failed, or not what the cache holds
                 return False
-            sources.add((keyed.cache_source["path"], keyed.cache_source["size"], keyed.cache_source["mtime_ns"],
-                         keyed.cache_source["content"]))
+            sources.add(_identity_tuple(keyed.cache_source))
         context = (self.code(), tuple(sorted(axis_names)))
         if self._context_names() != frozenset(axis_names):
             _write(os.path.join(self.folder, CONTEXT_PREFIX + self.code() + DEPENDS_SUFFIX), _frame(context))
@@ -483,7 +481,7 @@ def _digit_axes(axis_checks: Any, fields: Mapping[str, Any]) -> dict[str, Any] |
     for check in axis_checks:
         name = check[0]
         value = fields.get(name) if name is not None else None
-        if type(value) is str and value.isascii() and value.isdigit():
+        if type(value) is str and is_digits(value):
             if out is None:
                 out = dict(fields)
             out[name] = int(value)
@@ -505,9 +503,13 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _identity_tuple(identity: dict[str, Any] | None) -> tuple[Any, ...] | None:
-    if identity is None:
-        return None
+def _current_source(kept: tuple[Any, ...]) -> bool:
+    """Whether a table file's identity now is the kept one."""
+    now = source_identity(kept[0])
+    return now is not None and _identity_tuple(now) == kept
+
+
+def _identity_tuple(identity: dict[str, Any]) -> tuple[Any, ...]:
     return (identity["path"], identity["size"], identity["mtime_ns"], identity["content"])
 
 

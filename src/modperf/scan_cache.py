@@ -47,7 +47,7 @@ from typing import Any, BinaryIO
 from . import atomic
 from . import cache as keyed_cache
 from ._meta import __version__
-from .cache_keys import scan_unchanged
+from .cache_keys import content_digest, scan_unchanged
 from .catalog import Catalog, Reuse, VersionFolder, embedded_systems_dir, resolve_data_root, scan_folders
 from .errors import ModperfError
 from .jsonio import dumps
@@ -74,7 +74,7 @@ def code_fingerprint() -> str:
 
 
 def _sidecar_digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return content_digest(data)
 
 
 def _stat_key(st: os.stat_result) -> list[int]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ..cache_keys import DATA_ROOT_ENV, is_digits
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -27,10 +29,6 @@ _VALUED = {"--system": "system", "--backend": "backend", "--version": "version",
 _INTEGERS = ("native_heads", "tp_size", "num_heads")
 #: Options and flags that leave this way to the typer command.
 _NOT_HERE = ("--data-root", "--model-configs", "--batch", "--help")
-
-
-def _digits(value: str) -> bool:
-    return value.isascii() and value.isdigit()
 
 
 def parse(args: list[str]) -> dict[str, Any] | None:
@@ -69,7 +67,7 @@ def parse(args: list[str]) -> dict[str, Any] | None:
             if field in own:
                 return None
             if field in _INTEGERS:
-                if not _digits(value):
+                if not is_digits(value):
                     return None
                 own[field] = int(value)
             else:
@@ -93,7 +91,7 @@ def parse(args: list[str]) -> dict[str, Any] | None:
 def run_alone(args: list[str]) -> int | None:
     """Answers ``modperf ARGS`` from a persisted plan where ARGS are a plain JSON query and a
     plan holds (its exit code, 0); None where the typer command is to run them."""
-    if "MODPERF_DATA_ROOT" in os.environ:
+    if DATA_ROOT_ENV in os.environ:
         return None
     fields = parse(args)
     if fields is None:

@@ -51,9 +51,9 @@ import numpy as np
 from aiconfigurator_side import Tool, ToolAnswers, held_out_answers
 
 import modperf
-from modperf.families import family_of
-from modperf.interp import REFUSED
-from modperf.query import TableIndex, build_grid, heads_is_axis
+from modperf.data.families import family_of
+from modperf.query.engine import TableIndex, build_grid, heads_is_axis
+from modperf.query.interp import REFUSED
 
 FAMILY_ORDER = ("gqa", "mla_kernel", "mla_module", "dsa", "dsv4", "msa", "sparse_kernel", "gemm")
 

@@ -34,8 +34,8 @@ CHILD = r"""
 import io, json, statistics, sys, time
 import modperf
 from modperf import batch
-from modperf.batch import read_lines, run_chunks
-from modperf.query_lines import LineAnswerer
+from modperf.fast.batch import read_lines, run_chunks
+from modperf.query.lines import LineAnswerer
 
 path, runs = sys.argv[1], int(sys.argv[2])
 data = open(path, "rb").read()

@@ -58,7 +58,7 @@ from aiconfigurator_side import NotDrivable, point_query  # noqa: E402
 from tests.helpers import point_fields  # noqa: E402
 
 import modperf  # noqa: E402
-from modperf.families import model_head_axis_tables  # noqa: E402
+from modperf.data.families import model_head_axis_tables  # noqa: E402
 
 SYSTEM = "h200_sxm"
 FAMILIES = [
@@ -440,7 +440,7 @@ def check_rows(args: argparse.Namespace, trees: list[tuple[str, str]], cache_dir
     """The whole-corpus ``check`` beside the cheapest read of the same files (a process reading
     every file with ``ParquetFile`` and dictionary strings), interleaved; CPU time (user +
     system, workers included) beside the wall time."""
-    read = ("import sys, pyarrow.parquet as pq\nfrom modperf.catalog import Catalog\n"
+    read = ("import sys, pyarrow.parquet as pq\nfrom modperf.data.catalog import Catalog\n"
             "for r in Catalog.scan().files:\n"
             "    if r.path.suffix == '.parquet':\n"
             "        names = [f.name for f in pq.read_schema(r.path) if str(f.type) == 'string']\n"
@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
     args = parser.parse_args(argv)
 
-    from modperf.catalog import embedded_systems_dir
+    from modperf.fast.cache_keys import embedded_systems_dir
 
     root = str(embedded_systems_dir())
     db = modperf.open(cache=False)

@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import LEGACY_DIR, STALE_DIR, shared_fixtures, writable_copy
 
 import modperf
-from modperf.models import ModelRegistry
+from modperf.specs.models import ModelRegistry
 
 # The suite never writes to the user's cache: every test (and every process a test starts, which
 # inherits the environment) keeps its keyed-table cache in a folder of its own session.

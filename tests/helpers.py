@@ -81,7 +81,7 @@ def split_columns(table, leave_out: tuple[str, ...]) -> tuple[dict, list[str]]:
 
 def replay(rows, root: Path, table: str, *, leave_out: tuple[str, ...], system: str, backend: str, **kwargs):
     """Write ``rows`` through a writer the way a collector would, one add() per row."""
-    from modperf.writer import open_writer
+    from modperf.audit.writer import open_writer
 
     fixed, per_row = split_columns(rows, ("latency", *leave_out))
     version = fixed.pop("version")
@@ -240,14 +240,14 @@ class CrashServer:
 
 def files_of(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` except modperf's temporary files, by relative path."""
-    from modperf.atomic import TMP_SUFFIX
+    from modperf.base.atomic import TMP_SUFFIX
 
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
             if p.is_file() and not p.name.endswith(TMP_SUFFIX)}
 
 
 def temps_under(folder: Path) -> list[Path]:
-    from modperf.atomic import TMP_SUFFIX
+    from modperf.base.atomic import TMP_SUFFIX
 
     return sorted(p for p in folder.rglob(f"*{TMP_SUFFIX}"))
 
@@ -317,7 +317,7 @@ def kill_campaign(server: CrashServer, op: str, args: dict, folder: Path, old: d
 
 def variant(db: Any, tmp_path: Path, slot: tuple[str, str, str, str], mutate: Callable[[pa.Table], pa.Table]) -> Any:
     """A mutated copy of a real table, written in the standard layout under tmp_path."""
-    from modperf.catalog import refs_for_paths
+    from modperf.data.catalog import refs_for_paths
 
     ref = db.ref(*slot)
     table = mutate(pq.read_table(ref.path))
@@ -367,8 +367,8 @@ def column(table: pa.Table, name: str) -> np.ndarray:
 def point_fields(keyed: Any, bucket: int, point: int) -> dict[str, Any]:
     """The query fields that ask a keyed table for one of its measured points (slot, key
     columns, head identity by the family's tier, the point's axis values)."""
-    from modperf.buckets import NATIVE
-    from modperf.families.base import HEADS, TP, Tier
+    from modperf.data.buckets import NATIVE
+    from modperf.data.families.base import HEADS, TP, Tier
 
     ref = keyed.ref
     fields: dict[str, Any] = {"table": ref.table, "system": ref.system, "backend": ref.backend,

@@ -1,4 +1,4 @@
-"""modperf.batch: input read as bytes, one answer or one error line per input line, whatever a
+"""modperf.fast.batch: input read as bytes, one answer or one error line per input line, whatever a
 line holds (invalid UTF-8, 100,000 nested arrays, NaN, a key named ``self``, 17 MB), and a
 table the loader rejects is read once per database, not once per line."""
 
@@ -18,7 +18,7 @@ from tests.helpers import run_main, strict_json
 import modperf
 from modperf import errors as E
 from modperf import loader
-from modperf.batch import LineTooLong, parse_line, read_lines, run_lines
+from modperf.fast.batch import LineTooLong, parse_line, read_lines, run_lines
 
 MLA = "07_latent_collision/wheel/gb300/mla/vllm/0.27.0/mla_context_module_perf.parquet"
 LINE = {"table": "mla_context_module", "system": "gb300", "backend": "vllm", "version": "0.27.0",
@@ -144,7 +144,7 @@ def test_small_dumps_writes_what_dumps_writes(db) -> None:
 
     import numpy as np
 
-    from modperf.jsonio import dumps, dumps_small
+    from modperf.base.jsonio import dumps, dumps_small
 
     answer = db.answer({**LINE}, quality=True).to_dict()
     odd = {"nan": float("nan"), "inf": [float("-inf")], "np": np.float64(0.1), "npnan": np.float32("nan"),

@@ -1,4 +1,4 @@
-"""The persisted cache of keyed tables (modperf.cache): correctness, never speed.
+"""The persisted cache of keyed tables (modperf.data.keyed_cache): correctness, never speed.
 
 Every test keeps its cache in its own tmp folder (MODPERF_CACHE_DIR); conftest.py points the
 whole suite at a session folder so that nothing writes to the user's cache."""

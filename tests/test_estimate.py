@@ -10,10 +10,10 @@ import pytest
 
 import modperf
 from modperf import errors as E
-from modperf.estimate import estimate
+from modperf.model.estimate import estimate
 
 
-def fastest(db: modperf.Database, kernels: list[str], **fields) -> modperf.query.Answer:
+def fastest(db: modperf.Database, kernels: list[str], **fields) -> modperf.query.engine.Answer:
     """The kernel policy, restated: the fastest answer that needs no extrapolation."""
     answers = []
     for ks in kernels:

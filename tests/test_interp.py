@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modperf import interp
-from modperf.interp import (
+from modperf.query.interp import (
     CURVATURES,
     EXACT,
     EXTRAPOLATED,

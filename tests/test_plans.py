@@ -1,4 +1,4 @@
-"""Persisted query plans (modperf.plans): an answer from a plan is the engine's, bit for bit,
+"""Persisted query plans (modperf.fast.plans): an answer from a plan is the engine's, bit for bit,
 and a plan is never used once anything it depends on changed. Correctness only, never speed.
 
 Every test keeps its cache in its own tmp folder (the ``cache_dir`` fixture)."""
@@ -21,7 +21,7 @@ from tests.test_cache import MLA, POINTS, _rewrite, answers, bits, copy_root
 
 import modperf
 from modperf import plans, scan_cache
-from modperf.interp import EXTRAPOLATED_CELL
+from modperf.query.interp import EXTRAPOLATED_CELL
 
 #: Tables of three families and both phases (exact, blended and filled points of each).
 TABLES = [("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module"),

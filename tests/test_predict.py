@@ -9,7 +9,7 @@ import pytest
 
 import modperf
 from modperf import errors as E
-from modperf.model_step import DecodePart, Parallel, SeqChunk, step_cost
+from modperf.model.step import DecodePart, Parallel, SeqChunk, step_cost
 from modperf.predict import (
     deployment_from_row,
     kv_bytes_per_token,

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import modperf
 from modperf import errors as E
-from modperf.interp import CURVATURES, Grid, curve
-from modperf.query import QueryEngine
+from modperf.query.engine import QueryEngine
+from modperf.query.interp import CURVATURES, Grid, curve
 
-# gemm_type is left to the model's checkpoint (modperf.resolve): Kimi-K3's dense layers are
+# gemm_type is left to the model's checkpoint (modperf.query.resolve): Kimi-K3's dense layers are
 # bfloat16, DeepSeek-V3's fp8_block
 GB300 = dict(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0",
              kernel_source="FLASH_ATTN", mla_dtype="bfloat16", kv_cache_dtype="bfloat16")
@@ -253,7 +253,7 @@ def test_gemm_tables_answer_without_a_head_axis(db: modperf.Database) -> None:
     assert between.kind == "interpolated" and below.latency_ms < between.latency_ms < exact.latency_ms
 
 
-# --- bounds and strict fields (modperf.limits) -------------------------------------------------
+# --- bounds and strict fields (modperf.base.limits) -------------------------------------------------
 
 KIMI = dict(GB300, model="moonshotai/Kimi-K3", tp_size=3)
 
@@ -337,7 +337,7 @@ def test_query_many_reuses_its_plan_only_for_the_same_fields(db):
 
 MLA_TRTLLM = dict(table="mla_context_module", system="h200_sxm", backend="trtllm", version="1.3.0rc20",
                   model="deepseek-ai/DeepSeek-V3", tp_size=8)
-#: A group with quality findings (modperf.quality), heads 8 and 16 measured: answers list notes.
+#: A group with quality findings (modperf.data.quality), heads 8 and 16 measured: answers list notes.
 DSV4_GEN = dict(table="dsv4_csa_generation_module", system="h200_sxm", backend="sglang", version="0.5.14",
                 native_heads=64, kernel_source="compressed_flashmla", mla_dtype="bfloat16",
                 kv_cache_dtype="fp8_e4m3", gemm_type="bfloat16", compress_ratio=4)
@@ -403,7 +403,7 @@ def test_single_queries_answer_as_the_reference_path(db: modperf.Database, base:
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``query`` (the fast path where every axis value is a plain int in its range, through the
     cached plan, the exact-hit index and Grid.between for one axis between lattice values)
-    against the reference path (a freshly resolved plan, every field parsed by modperf.limits,
+    against the reference path (a freshly resolved plan, every field parsed by modperf.base.limits,
     the grid's general lookup): the same answers bit for bit, quality notes included, and the
     same errors; for every kind of point and value."""
     engine = db.queries

@@ -1,4 +1,4 @@
-"""The catalog scan remembered across processes (modperf.scan_cache): a record is served only
+"""The catalog scan remembered across processes (modperf.data.scan_cache): a record is served only
 while a scan now would find the same; correctness, never speed.
 
 A record is written only when no folder it lists changed within ``RACY_NS`` of the scan (a
@@ -23,7 +23,8 @@ from tests.helpers import run_cli
 import modperf
 from modperf import cache, roofline, scan_cache
 from modperf import errors as E
-from modperf.catalog import Catalog, embedded_data_root
+from modperf.data.catalog import Catalog
+from modperf.fast.cache_keys import embedded_data_root
 
 SPARSE = "b300_sxm/sparse_attention/vllm"  # 0.22.0 declares reuse of 0.24.0's dsa tables
 MLA = "b300_sxm/mla/vllm/0.24.0"
@@ -336,10 +337,10 @@ def test_records_are_bounded(tmp_path: Path, cache_dir: Path, short_window: None
 _CHILD = """
 import json, sys
 import modperf
-from modperf.roofline import gpu_spec
+from modperf.specs.roofline import gpu_spec
 def heavy():
     return sorted(m for m in sys.modules if m.split(".")[0] in ("pyarrow", "yaml")
-                  or m in ("modperf.reader", "modperf.validate", "modperf.conventions", "modperf.codes",
+                  or m in ("modperf.data.reader", "modperf.data.validate", "modperf.data.conventions", "modperf.data.codes",
                            "importlib.metadata"))
 db = modperf.open()
 opened = heavy()

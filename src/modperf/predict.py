@@ -1,6 +1,6 @@
 """Predict serving latency (TTFT, TPOT) of one deployment: parse it (from flags or a row of the
 corpus's ``silicon_sample.csv``), price its engine steps from the op tables
-(:func:`modperf.model_step.step_cost`), size its KV cache from the system file, and solve the
+(:func:`modperf.model.step.step_cost`), size its KV cache from the system file, and solve the
 serving model (:mod:`modperf.serving`). docs/serving.md has the model and every constant.
 
 The deployment's fields are the columns of ``silicon_sample.csv``, so a line of that file is a
@@ -18,11 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import errors as E
-from . import limits
-from .layers import ffn_groups, layer_schedule
-from .model_step import DecodePart, Parallel, SeqChunk, StepCost, step_cost
-from .roofline import bytes_of, gpu_spec
+from .base import errors as E
+from .base import limits
+from .model.step import DecodePart, Parallel, SeqChunk, StepCost, step_cost
 from .serving import (
     AggInputs,
     Constants,
@@ -38,10 +36,12 @@ from .serving import (
     system_memory,
 )
 from .serving_constants import AGG, DISAGG, PROVENANCE
+from .specs.layers import ffn_groups, layer_schedule
+from .specs.roofline import bytes_of, gpu_spec
 
 if TYPE_CHECKING:
-    from .db import Database
-    from .models import ModelConfig
+    from .query.db import Database
+    from .specs.models import ModelConfig
 
 #: Fields of a deployment (the columns of silicon_sample.csv that describe one).
 TOP_FIELDS = ("id", "model_path", "system", "backend", "backend_version", "mode", "isl", "osl", "precision",

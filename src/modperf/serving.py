@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import errors as E
-from .roofline import gpu_spec
+from .base import errors as E
+from .specs.roofline import gpu_spec
 
 GiB = 2**30
 MiB = 2**20
@@ -245,11 +245,11 @@ class SystemMemory:
 
 
 def system_memory(system: str) -> SystemMemory:
-    """The memory of ``system`` from its yaml, as :func:`modperf.roofline.gpu_spec` reads it; a
+    """The memory of ``system`` from its yaml, as :func:`modperf.specs.roofline.gpu_spec` reads it; a
     SystemSpecError where the file is missing or gives no capacity."""
     gpu = gpu_spec(system)
     if not gpu.from_file or gpu.mem_capacity <= 0:
-        from .catalog import embedded_systems_dir
+        from .fast.cache_keys import embedded_systems_dir
 
         path = embedded_systems_dir() / f"{system}.yaml"
         reason = "no positive gpu.mem_capacity" if gpu.from_file else "no system file"

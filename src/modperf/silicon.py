@@ -29,7 +29,7 @@ def silicon_rows(path: str | Path | None = None) -> list[dict[str, Any]]:
     import pyarrow.csv as pacsv
 
     if path is None:
-        from .catalog import embedded_systems_dir
+        from .fast.cache_keys import embedded_systems_dir
 
         path = embedded_systems_dir() / "silicon_sample.csv"
     table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))

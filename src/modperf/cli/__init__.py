@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(exc.exit_code)
         from rich.markup import escape
 
-        from .. import errors as E
-        from ..jsonio import dumps
+        from ..base import errors as E
+        from ..base.jsonio import dumps
         from ._common import err_console
 
         message = E.clean(exc.format_message())

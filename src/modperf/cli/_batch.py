@@ -16,7 +16,7 @@ import stat
 import sys
 from typing import IO, Any
 
-from .. import errors as E
+from ..base import errors as E
 
 #: Answer lines written at once (about 70 KB: below the size the C library maps afresh).
 WRITE_LINES = 64
@@ -44,12 +44,12 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
     """Answers every line of ``stream`` (the input ``batch`` names) to stdout, ``fields`` the
     fields every line starts from; the number of lines that failed. Closes the stream (but
     stdin). An input failing mid-way is a QueryFieldError, raised after every answer before it."""
-    from ..batch import LineShapes, read_lines, run_chunks
-    from ..query_lines import LineAnswerer
+    from ..fast.batch import LineShapes, read_lines, run_chunks
+    from ..query.lines import LineAnswerer
 
     failed = 0
     try:
-        # a chunk of lines at a time, answered plan by plan (modperf.query_lines: the same
+        # a chunk of lines at a time, answered plan by plan (modperf.query.lines: the same
         # lines as batch.run_lines writes one query at a time)
         answerer = LineAnswerer(db.queries)
         # lines of a shape seen before (the same bytes but for their axis integers) are read
@@ -103,10 +103,10 @@ def run_alone(args: list[str]) -> int | None:
         return None
     path, no_cache = found
     if no_cache:  # (what the application's --no-cache does)
-        from ..cache import NO_CACHE_ENV
+        from ..data.keyed_cache import NO_CACHE_ENV
 
         os.environ[NO_CACHE_ENV] = "1"
-    from ..db import Database
+    from ..query.db import Database
 
     try:
         db = Database(None, [])

@@ -26,8 +26,8 @@ from rich.progress import (
 )
 from rich.segment import Segment
 
-from .. import errors as E
-from ..jsonio import dumps
+from ..base import errors as E
+from ..base.jsonio import dumps
 
 
 def _safe_text(text: str) -> str:

@@ -1,5 +1,5 @@
 """``modperf query TABLE ... --json``, answered from a persisted plan before the command-line
-parser starts (modperf.plans): a process asking one thing prints its answer without importing
+parser starts (modperf.fast.plans): a process asking one thing prints its answer without importing
 typer, rich, pydantic, numpy or pyarrow.
 
 Only a plain command line takes this way: ``query``, the table first, then options given as
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..cache_keys import DATA_ROOT_ENV, is_digits
+from ..fast.cache_keys import DATA_ROOT_ENV, is_digits
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -96,17 +96,17 @@ def run_alone(args: list[str]) -> int | None:
     fields = parse(args)
     if fields is None:
         return None
-    from ..cache_keys import enabled
+    from ..fast.cache_keys import enabled
 
     if not enabled(None):
         return None
-    from ..plans import PlanStore
+    from ..fast.plans import PlanStore
 
     store = PlanStore.open(None, [])
     answer = None if store is None else store.answer(fields, True)
     if answer is None:
         return None
-    from ..jsonio import dumps
+    from ..base.jsonio import dumps
 
     sys.stdout.write(dumps(answer.to_dict(), indent=2) + "\n")  # (the typer command's emit_json)
     return 0

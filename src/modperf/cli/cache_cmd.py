@@ -1,4 +1,4 @@
-"""``modperf cache info|clear``: the persisted cache of keyed tables (modperf.cache)."""
+"""``modperf cache info|clear``: the persisted cache of keyed tables (modperf.data.keyed_cache)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import cache
+from ..data import keyed_cache as cache
 from ._app import app
 from ._common import JsonOpt, console, emit_json, handles_errors
 

@@ -8,8 +8,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..check import CheckReport, check
-from ..quality import Thresholds
+from ..audit.check import CheckReport, check
+from ..data.quality import Thresholds
 from ._app import app
 from ._common import (
     DataRootOpt,

@@ -8,20 +8,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import errors as E
-from ..db import Database
-from ..deployment import parse_tps
-from ..estimate import Estimate, TpEstimate, estimate
-from ..model_step import COMPONENTS, OP_KINDS, ModelEstimate, OpCost
+from ..base import errors as E
+from ..model.estimate import Estimate, TpEstimate, estimate
+from ..model.step import COMPONENTS, OP_KINDS, ModelEstimate, OpCost
+from ..query.db import Database
+from ..specs.shard import parse_tps
 from ._app import app
-from ._common import (
-    DataRootOpt,
-    JsonOpt,
-    ModelConfigsOpt,
-    console,
-    emit_json,
-    handles_errors,
-)
+from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
 
 
 def _pins(values: list[str] | None) -> dict[str, str]:

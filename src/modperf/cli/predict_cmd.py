@@ -9,11 +9,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import errors as E
-from ..batch import error_line, parse_line, read_lines
-from ..db import Database
-from ..jsonio import dumps
+from ..base import errors as E
+from ..base.jsonio import dumps
+from ..fast.batch import error_line, parse_line, read_lines
 from ..predict import Prediction, deployment_from_row, predict
+from ..query.db import Database
 from ._app import app
 from ._batch import open_batch
 from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors

@@ -8,18 +8,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import errors as E
-from ..db import Database
+from ..base import errors as E
+from ..query.db import Database
 from ._app import app
 from ._batch import answer_batch, open_batch
-from ._common import (
-    DataRootOpt,
-    JsonOpt,
-    ModelConfigsOpt,
-    console,
-    emit_json,
-    handles_errors,
-)
+from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
 
 
 def parse_extra_fields(args: list[str]) -> dict[str, str]:

@@ -1,0 +1,676 @@
+"""The persisted cache of keyed tables: what loading and keying a table file builds
+(:class:`modperf.data.buckets.KeyedTable`), stored once in the user's cache folder so that the next
+process answers from it instead of reading, validating and keying the file again.
+
+**Where.** ``$MODPERF_CACHE_DIR``, else ``$XDG_CACHE_HOME/modperf``, else ``~/.cache/modperf``.
+``MODPERF_NO_CACHE=1`` (the CLI's ``--no-cache``) or ``modperf.open(cache=False)`` turn it off.
+
+**One entry, one file** (``<digest>.mpk``): a header (JSON: the entry's identity, the keyed
+table's plain fields, and where each array lies), the arrays (raw bytes, 64-byte aligned), and
+a BLAKE2b digest of everything before it. The file name is a digest of the entry's identity,
+so entries of different model-config sets or modperf versions sit side by side.
+
+**Never stale, never corrupt.** An entry is served only when every part of its identity equals
+the one computed now:
+
+* the source file's absolute path, size and ``mtime_ns``, and a content digest: for parquet,
+  the file's footer (its metadata: the schema, every row group's row count, every column
+  chunk's offsets, sizes and statistics), for anything else the whole file. The footer is
+  enough beside size and mtime: a rewrite that changes any value changes a chunk's
+  statistics, sizes or offsets (which the footer records) or, failing that, the file's mtime;
+  reading the footer costs one small read where hashing the data would cost reading it all;
+* modperf's version and a digest of the source of the keying pipeline (every family
+  declaration, the reader, validation, conventions, keying and the keyed guards);
+* the model configs the load resolves models against (each config file's path, size and
+  mtime): a table's native buckets come from them.
+
+Reading an entry checks its digest over every byte first, so a truncated or altered file is
+rebuilt, never served. Entries are written through :mod:`modperf.base.atomic` (a temporary file
+beside it, fsync, rename), so a reader sees a whole old entry or a whole new one; two processes
+filling the cache at once each write a complete entry and the last rename wins. A source that
+changes while it is being keyed (its stat differs before and after) is not stored.
+
+**Grids beside the entries.** A table's grids (:class:`modperf.query.interp.Grid`: the lattice of one
+group and its fill) are built on first use per group; what the fill computes is kept in
+``grids/<digest>.mpg`` (one file per grid, the same layout and digest as an entry), so that the
+next process restores the grid instead of filling it again. A grid file is used only when its
+identity equals the one computed now: the identity of the table's entry (all of the above), the
+group's key, the system and its GPU spec (the roofline), the grid's axes and extrapolation
+limit, numpy's version, and a digest of the code that builds grids (:data:`_GRID_CODE`, beside
+the keying pipeline's). A grid file is written only for a table that came from (or went to)
+its entry, without fsync: a file torn by a crash fails its digest and is rebuilt. Grid files
+are bounded apart from the entries, by the same size bound.
+
+**Failures degrade.** A cache folder that cannot be created or written (read-only, full disk)
+or an entry that cannot be read means no cache for that table: the table is loaded from its
+file as without a cache, and :data:`notes` records why (``modperf cache info`` shows it).
+Nothing here raises past :func:`load_keyed` except the loader's own errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import math
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..base import atomic
+from ..base.jsonio import dumps
+from ..base.meta import __version__
+from ..fast.cache_keys import (
+    CACHE_DIR_ENV,
+    NO_CACHE_ENV,
+    PLAN_DEPENDS_SUFFIX,
+    PLAN_SUFFIX,
+    PLANS_FOLDER,
+    cache_folder,
+    enabled,
+    source_digest,
+    source_identity,
+)
+from .buckets import Agreement, BucketColumns, KeyedTable
+
+if TYPE_CHECKING:
+    from ..specs.models import ModelRegistry
+    from .catalog import TableRef
+    from .scan_cache import Record
+
+MAX_BYTES_ENV = "MODPERF_CACHE_MAX_BYTES"
+#: The cache's size bound: past it, the entries used longest ago are removed after each write
+#: (entries of an older modperf or another model-config set are never read again).
+DEFAULT_MAX_BYTES = 2 * 2**30
+#: The format of an entry; bumped when the layout changes (part of every entry's identity).
+FORMAT = 2  # 2: axes and source counts stored in their narrowest integer types
+MAGIC = b"MODPERF-KEYED\x00\x00\x02"
+SUFFIX = ".mpk"
+_DIGEST = 32
+_ALIGN = 64
+_LEN = struct.Struct("<Q")
+
+#: Why the cache was not used, most recent last (a short list: one line per distinct reason).
+notes: list[str] = []
+_notes_lock = threading.Lock()
+
+
+def _note(message: str) -> None:
+    with _notes_lock:
+        if message not in notes:
+            notes.append(message)
+            del notes[:-20]
+
+
+def cache_dir() -> Path:
+    """The cache folder (it may not exist yet; :func:`modperf.fast.cache_keys.cache_folder`)."""
+    return Path(cache_folder())
+
+
+# --- identity ---------------------------------------------------------------------------------
+
+#: Modules whose code decides what a keyed table holds (besides every family declaration).
+_PIPELINE = ("reader.py", "validate.py", "conventions.py", "buckets.py", "keyed_guards.py", "codes.py",
+             "models.py", "limits.py", "cache.py", "_meta.py")
+
+
+@functools.cache
+def pipeline_fingerprint() -> str:
+    """A digest of modperf's version and the source of the keying pipeline and of every family
+    declaration: a change to any of them (an edited declaration, another release) makes every
+    entry a miss."""
+    here = Path(__file__).resolve().parent
+    return source_digest(f"{__version__}\0{FORMAT}\0", [here / n for n in _PIPELINE]
+                         + sorted((here / "families").glob("*.py")))
+
+
+def registry_fingerprint(models: ModelRegistry) -> str:
+    """A digest of the model configs a registry resolves (id, file, size, mtime)."""
+    h = hashlib.blake2b(digest_size=16)
+    for model_id, path in sorted(models._paths.items()):
+        try:
+            st = path.stat()
+            h.update(f"{model_id}\0{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        except OSError:
+            h.update(f"{model_id}\0{path}\0?\n".encode())
+    return h.hexdigest()
+
+
+def _entry_name(source: dict[str, Any], registry_fp: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{source['path']}\0{pipeline_fingerprint()}\0{registry_fp}".encode())
+    return h.hexdigest() + SUFFIX
+
+
+# --- encoding ---------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """Strict-JSON-ready (modperf.base.jsonio), losslessly: tuples, dicts with any keys and
+    non-finite floats are tagged so that they come back as they were."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"f": repr(value)}
+    if isinstance(value, tuple):
+        return {"t": [_plain(v) for v in value]}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {"d": [[_plain(k), _plain(v)] for k, v in value.items()]}
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    # (JSON scalars are taken as they are, without a call each: an entry's header holds
+    # thousands of them)
+    if isinstance(value, dict):
+        if "t" in value:
+            return tuple([v if type(v) in _SCALARS else _unplain(v) for v in value["t"]])
+        if "f" in value:
+            return float(value["f"])
+        return {_unplain(k): _unplain(v) for k, v in value["d"]}
+    if isinstance(value, list):
+        return [v if type(v) in _SCALARS else _unplain(v) for v in value]
+    return value
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def _arrays(keyed: KeyedTable) -> dict[str, np.ndarray]:
+    out = {"offsets": keyed.offsets, "latency": keyed.latency, "sources": keyed.sources,
+           "bucket_native": keyed.bucket_native, "bucket_local": keyed.bucket_local}
+    for name, values in keyed.axes.items():
+        out[f"axis:{name}"] = values
+    if keyed.duplicate_spread is not None:
+        out["duplicate_spread"] = keyed.duplicate_spread
+    if keyed.bucket_columns is not None:
+        for name, codes in keyed.bucket_columns.codes.items():
+            out[f"codes:{name}"] = codes
+    return out
+
+
+def _meta(keyed: KeyedTable) -> dict[str, Any]:
+    agreement = keyed.agreement
+    return _plain({
+        "table": keyed.ref.table, "key_names": keyed.key_names, "axes": tuple(keyed.axes),
+        "bucket_models": keyed.bucket_models, "model_native": keyed.model_native,
+        "model_geometry": keyed.model_geometry, "rows_read": keyed.rows_read,
+        "duplicates_merged": keyed.duplicates_merged, "alias_duplicate_points": keyed.alias_duplicate_points,
+        "agreement": None if agreement is None else (agreement.natives, agreement.shared_keys, agreement.median,
+                                                      agreement.p95, agreement.max),
+        "missing_optional": keyed.missing_optional, "natives_seen": keyed.natives_seen,
+        "recorded_versions": keyed.recorded_versions, "rows_stored": keyed.rows_stored,
+        "bucket_values": None if keyed.bucket_columns is None else keyed.bucket_columns.values,
+        "bucket_keys_plain": keyed.bucket_columns is None,
+        "bucket_keys": keyed.bucket_keys if keyed.bucket_columns is None else None,
+        "n_buckets": keyed.n_buckets,
+    })
+
+
+def encode(keyed: KeyedTable, identity: dict[str, Any]) -> list[bytes | memoryview]:
+    """An entry's bytes, in pieces (header, arrays, digest)."""
+    return _frame(MAGIC, {"identity": identity, "meta": _meta(keyed)}, _arrays(keyed))
+
+
+def _frame(magic: bytes, header_fields: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[bytes | memoryview]:
+    """The bytes of an entry or a grid file, in pieces: ``magic``, the header's length, the
+    JSON header (``header_fields`` and where each array lies), the arrays 64-byte aligned, and a
+    BLAKE2b digest of all of it."""
+    layout = []
+    contiguous = {}
+    offset = 0
+    for name, arr in arrays.items():
+        arr = np.ascontiguousarray(arr)
+        contiguous[name] = arr
+        layout.append([name, arr.dtype.str, list(arr.shape), offset, arr.nbytes])
+        offset += -(-arr.nbytes // _ALIGN) * _ALIGN
+    header = dumps({**header_fields, "arrays": layout}, separators=(",", ":")).encode()
+    head = magic + _LEN.pack(len(header)) + header
+    head += b"\0" * (-len(head) % _ALIGN)
+    pieces: list[bytes | memoryview] = [head]
+    for arr in contiguous.values():
+        nbytes = int(arr.nbytes)
+        pieces.append(arr.view(np.uint8).reshape(-1).data if nbytes else b"")
+        pieces.append(b"\0" * (-nbytes % _ALIGN))
+    h = hashlib.blake2b(digest_size=_DIGEST)
+    for p in pieces:
+        h.update(p)
+    pieces.append(h.digest())
+    return pieces
+
+
+def _unframe(buf: bytearray, magic: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """(header, arrays) of :func:`_frame`'s bytes, or None when they are not a whole, unaltered
+    frame of ``magic`` (the digest over every byte is checked first). The arrays are views into
+    ``buf`` (no copy)."""
+    if len(buf) < len(magic) + _LEN.size + _DIGEST or bytes(buf[:len(magic)]) != magic:
+        return None
+    view = memoryview(buf)
+    if hashlib.blake2b(view[:-_DIGEST], digest_size=_DIGEST).digest() != bytes(view[-_DIGEST:]):
+        return None
+    (n,) = _LEN.unpack_from(buf, len(magic))
+    start = len(magic) + _LEN.size
+    header = json.loads(bytes(view[start:start + n]))
+    data = start + n + (-(start + n) % _ALIGN)
+    arrays: dict[str, np.ndarray] = {}
+    for name, dtype, shape, offset, nbytes in header["arrays"]:
+        dt = np.dtype(dtype)
+        count = nbytes // dt.itemsize if dt.itemsize else 0
+        arrays[name] = np.frombuffer(buf, dtype=dt, count=count, offset=data + offset).reshape(shape)
+    return header, arrays
+
+
+def read_header(path: Path) -> dict[str, Any] | None:
+    """An entry's header (its identity and layout) without reading its arrays; None when the
+    file is not an entry."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(len(MAGIC) + _LEN.size)
+            if len(start) < len(MAGIC) + _LEN.size or start[:len(MAGIC)] != MAGIC:
+                return None
+            (n,) = _LEN.unpack(start[len(MAGIC):])
+            if n > 1 << 30:
+                return None
+            header: dict[str, Any] = json.loads(f.read(n))
+            return header
+    except (OSError, ValueError):
+        return None
+
+
+def decode(buf: bytearray, ref: TableRef) -> tuple[dict[str, Any], KeyedTable] | None:
+    """(identity, keyed table) from an entry's bytes, or None when the bytes are not a whole,
+    unaltered entry. The arrays are views into ``buf`` (no copy)."""
+    from .families import family_of
+
+    framed = _unframe(buf, MAGIC)
+    if framed is None:
+        return None
+    header, arrays = framed
+    meta = _unplain(header["meta"])
+    family = family_of(ref.table)
+    if family is None or meta["table"] != ref.table:
+        return None
+    key_names = tuple(meta["key_names"])
+    values = meta["bucket_values"]
+    columns = None
+    if values is not None:
+        codes = {name: arrays[f"codes:{name}"] for name in key_names}
+        columns = BucketColumns(codes, values)
+        decoded = [np.asarray(values[name], dtype=object)[codes[name]].tolist() if len(values[name]) else []
+                   for name in key_names]
+        bucket_keys = list(zip(*decoded)) if decoded else [()] * meta["n_buckets"]
+    else:
+        bucket_keys = [tuple(k) for k in meta["bucket_keys"]]
+    agreement = None
+    if meta["agreement"] is not None:
+        natives, shared, median, p95, top = meta["agreement"]
+        agreement = Agreement(tuple(natives), shared, median, p95, top)
+    keyed = KeyedTable(
+        ref=ref, family=family, spec=family.spec(ref.table), key_names=key_names, bucket_keys=bucket_keys,
+        offsets=arrays["offsets"], axes={a: arrays[f"axis:{a}"] for a in meta["axes"]},
+        latency=arrays["latency"], sources=arrays["sources"], bucket_models=[tuple(m) for m in meta["bucket_models"]],
+        bucket_native=arrays["bucket_native"], bucket_local=arrays["bucket_local"],
+        model_native=meta["model_native"], model_geometry=meta["model_geometry"], rows_read=meta["rows_read"],
+        duplicates_merged=meta["duplicates_merged"], alias_duplicate_points=meta["alias_duplicate_points"],
+        agreement=agreement, missing_optional=tuple(meta["missing_optional"]),
+        natives_seen=tuple(meta["natives_seen"]), duplicate_spread=arrays.get("duplicate_spread"),
+        recorded_versions=tuple(meta["recorded_versions"]), rows_stored=meta["rows_stored"],
+        bucket_columns=columns)
+    return header["identity"], keyed
+
+
+# --- the cache --------------------------------------------------------------------------------
+
+
+def _read_entry(path: Path) -> bytearray | None:
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            buf = bytearray(size)
+            got = f.readinto(buf)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _note(f"cannot read cache entry {path}: {exc.strerror or exc}")
+        return None
+    return buf if got == size else None
+
+
+def load_keyed(ref: TableRef, models: ModelRegistry, build: Callable[[TableRef, ModelRegistry], KeyedTable],
+               *, registry_fp: str | None = None, folder: Path | None = None) -> KeyedTable:
+    """The keyed table of ``ref``: from its cache entry when that entry is whole and its
+    identity is today's, else ``build(ref, models)`` (stored for next time when it can be)."""
+    source = source_identity(ref.path)
+    if source is None:
+        return build(ref, models)
+    registry_fp = registry_fp or registry_fingerprint(models)
+    identity = {"format": FORMAT, "pipeline": pipeline_fingerprint(), "models": registry_fp, "source": source}
+    folder = folder or cache_dir()
+    entry = folder / _entry_name(source, registry_fp)
+    buf = _read_entry(entry)
+    if buf is not None:
+        try:
+            found = decode(buf, ref)
+        except (ValueError, KeyError, TypeError, IndexError):
+            found = None
+        if found is not None and found[0] == identity:
+            with contextlib.suppress(OSError):
+                os.utime(entry)  # used now: the size bound removes the entries used longest ago
+            found[1].cache_home = _home(folder, identity)
+            found[1].cache_source = source
+            return found[1]
+    keyed = build(ref, models)
+    if source_identity(ref.path) == source and store(entry, keyed, identity):  # unchanged while keyed
+        keyed.cache_home = _home(folder, identity)
+        keyed.cache_source = source
+    return keyed
+
+
+def store(entry: Path, keyed: KeyedTable, identity: dict[str, Any]) -> bool:
+    """Write one entry atomically; False (with a note) when it cannot be written."""
+    try:
+        pieces = encode(keyed, identity)
+
+        def write(handle: Any) -> None:
+            for p in pieces:
+                handle.write(p)
+
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_atomically(entry, write, overwrite=True)
+        evict(entry.parent, keep=entry)
+        return True
+    except Exception as exc:  # a cache that cannot be written is no cache, never an error
+        _note(f"cache not written ({entry.parent}): {getattr(exc, 'detail', None) or exc}")
+        return False
+
+
+def max_bytes() -> int:
+    """The size bound: ``MODPERF_CACHE_MAX_BYTES`` (a whole number of bytes; 0 keeps only the
+    entry just written), else :data:`DEFAULT_MAX_BYTES`."""
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    if text.isascii() and text.isdigit() and len(text) <= 20:
+        return int(text)
+    _note(f"{MAX_BYTES_ENV}={text[:40]!r} is not a whole number of bytes; the bound stays {DEFAULT_MAX_BYTES}")
+    return DEFAULT_MAX_BYTES
+
+
+def evict(folder: Path, keep: Path | None = None, bound: int | None = None, suffix: str = SUFFIX) -> int:
+    """Remove the entries used longest ago (by modification time, which a read refreshes) until
+    the folder holds at most ``bound`` bytes of entries; ``keep`` stays. Returns the bytes
+    removed. Never raises: an entry that cannot be removed is left."""
+    bound = max_bytes() if bound is None else bound
+    found = []
+    for path in _entry_files(folder, suffix):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        found.append((st.st_mtime_ns, st.st_size, path))
+    total = sum(size for _, size, _ in found)
+    removed = 0
+    for _, size, path in sorted(found):
+        if total <= bound:
+            break
+        if keep is not None and path == keep:
+            continue
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        total -= size
+        removed += size
+    return removed
+
+
+# --- grids ------------------------------------------------------------------------------------
+
+#: The folder of grid files inside the cache folder.
+GRIDS = "grids"
+#: The format of a grid file; bumped when its layout changes (part of every grid's identity).
+GRID_FORMAT = 1
+GRID_MAGIC = b"MODPERF-GRID\x00\x00\x00\x01"
+GRID_SUFFIX = ".mpg"
+#: Modules whose code decides what a grid holds, beside the keying pipeline (its lattice and
+#: fill, the roofline it extrapolates with, and the choice of a group's points).
+_GRID_CODE = ("interp.py", "roofline.py", "query.py")
+
+
+@functools.cache
+def grid_fingerprint() -> str:
+    """A digest of the keying pipeline's fingerprint, numpy's version (the fill's arithmetic)
+    and the source of the modules that build grids."""
+    here = Path(__file__).resolve().parent
+    return source_digest(f"{pipeline_fingerprint()}\0{GRID_FORMAT}\0{np.__version__}\0",
+                         [here / n for n in _GRID_CODE])
+
+
+def _home(folder: Path, identity: dict[str, Any]) -> tuple[str, str]:
+    """(cache folder, digest of an entry's identity): where a keyed table's grids are kept."""
+    text = dumps(identity, sort_keys=True, separators=(",", ":"))
+    return str(folder), hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def grid_identity(home: tuple[str, str], group: tuple[Any, ...], system: str | None, gpu: Any,
+                  axes: tuple[str, ...], heads_axis: str | None, limit: float) -> dict[str, Any]:
+    """Everything one group's grid is built from, beside the table's entry (see module doc)."""
+    return {"format": GRID_FORMAT, "code": grid_fingerprint(), "table": home[1], "group": _plain(group),
+            "system": system, "gpu": repr(gpu), "axes": list(axes), "heads_axis": heads_axis,
+            "limit": repr(float(limit))}
+
+
+def _grid_path(home: tuple[str, str], identity: dict[str, Any]) -> Path:
+    text = dumps(identity, sort_keys=True, separators=(",", ":"))
+    return Path(home[0]) / GRIDS / (hashlib.blake2b(text.encode(), digest_size=16).hexdigest() + GRID_SUFFIX)
+
+
+def encode_grid(identity: dict[str, Any], parts: dict[str, np.ndarray]) -> list[bytes | memoryview]:
+    """A grid file's bytes, in pieces (header, arrays, digest): an entry's layout."""
+    return _frame(GRID_MAGIC, {"identity": identity}, parts)
+
+
+def decode_grid(buf: bytearray) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """(identity, arrays) from a grid file's bytes, or None when they are not a whole,
+    unaltered grid file. The arrays are views into ``buf``."""
+    framed = _unframe(buf, GRID_MAGIC)
+    return None if framed is None else (framed[0]["identity"], framed[1])
+
+
+def load_grid(home: tuple[str, str], identity: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """The stored parts of the grid of ``identity`` (:meth:`modperf.query.interp.Grid.fill_parts`),
+    or None when there is no whole grid file of exactly that identity."""
+    path = _grid_path(home, identity)
+    buf = _read_entry(path)
+    if buf is None:
+        return None
+    try:
+        found = decode_grid(buf)
+    except (ValueError, KeyError, TypeError, IndexError):
+        found = None
+    if found is None or found[0] != identity:
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)  # used now (the size bound)
+    return found[1]
+
+
+def store_grid(home: tuple[str, str], identity: dict[str, Any], parts: dict[str, np.ndarray]) -> bool:
+    """Write one grid file (a temporary file renamed into place; no fsync: a torn file fails
+    its digest); False (with a note) when it cannot be written."""
+    path = _grid_path(home, identity)
+    temp = None
+    try:
+        pieces = encode_grid(identity, parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(atomic._temp_prefix(path) + os.urandom(6).hex() + atomic.TMP_SUFFIX)
+        with open(temp, "xb") as handle:
+            for p in pieces:
+                handle.write(p)
+        os.replace(temp, path)
+        temp = None
+        evict(path.parent, keep=path, suffix=GRID_SUFFIX)
+        return True
+    except Exception as exc:  # a cache that cannot be written is no cache, never an error
+        _note(f"grid not written ({path.parent}): {exc}")
+        return False
+    finally:
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+
+
+# --- info and clear ---------------------------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    """One cache entry: its file, size, and the table file and rows it keys."""
+
+    file: Path
+    bytes: int
+    source: str | None
+    rows: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": str(self.file), "bytes": self.bytes, "source": self.source, "rows": self.rows}
+
+
+@dataclass
+class CacheInfo:
+    """What a cache folder holds (``modperf cache info``)."""
+
+    location: Path
+    exists: bool
+    enabled: bool
+    entries: list[Entry]
+    notes: list[str]
+    #: The catalog scans remembered beside the entries (modperf.data.scan_cache), one per data root.
+    catalogs: list[Record] = field(default_factory=list)
+    #: The grid files kept beside the entries (their count and bytes).
+    grids: int = 0
+    grid_bytes: int = 0
+    #: The persisted query plans (modperf.fast.plans) and what they depend on: count and bytes.
+    plans: int = 0
+    plan_bytes: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return sum(e.bytes for e in self.entries)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"location": str(self.location), "exists": self.exists, "enabled": self.enabled,
+                "entries": [e.to_dict() for e in self.entries], "count": len(self.entries), "bytes": self.bytes,
+                "notes": list(self.notes), "catalogs": [r.to_dict() for r in self.catalogs],
+                "grids": {"count": self.grids, "bytes": self.grid_bytes},
+                "plans": {"count": self.plans, "bytes": self.plan_bytes}}
+
+
+def _entry_files(folder: Path, suffix: str = SUFFIX) -> Iterator[Path]:
+    try:
+        yield from sorted(p for p in folder.iterdir() if p.name.endswith(suffix) and p.is_file())
+    except OSError:
+        return
+
+
+def info(folder: Path | None = None) -> CacheInfo:
+    """What the cache holds: every entry with its size and the table file it keys, and the
+    catalog scans it remembers."""
+    from .scan_cache import records
+
+    folder = folder or cache_dir()
+    entries = []
+    for path in _entry_files(folder):
+        header = read_header(path)
+        source = header["identity"]["source"]["path"] if header else None
+        rows = None
+        if header:
+            rows = _unplain(header["meta"]).get("rows_stored")
+        try:
+            size = path.stat().st_size
+        except OSError:
+            continue
+        entries.append(Entry(path, size, source, rows))
+    grids = grid_bytes = 0
+    for path in _entry_files(folder / GRIDS, GRID_SUFFIX):
+        with contextlib.suppress(OSError):
+            grid_bytes += path.stat().st_size
+            grids += 1
+    plans = plan_bytes = 0
+    for path in _plan_files(folder):
+        with contextlib.suppress(OSError):
+            plan_bytes += path.stat().st_size
+            plans += path.name.endswith(PLAN_SUFFIX)
+    return CacheInfo(folder, folder.is_dir(), enabled(), entries, list(notes), records(folder), grids, grid_bytes,
+                     plans, plan_bytes)
+
+
+def _plan_files(folder: Path) -> list[Path]:
+    """The query plans and their dependency files (modperf.fast.plans) in a cache folder."""
+    plans = folder / PLANS_FOLDER
+    return [*_entry_files(plans, PLAN_SUFFIX), *_entry_files(plans, PLAN_DEPENDS_SUFFIX)]
+
+
+def clear(folder: Path | None = None) -> CacheInfo:
+    """Remove every entry, grid file and catalog scan (and leftover temporary files of
+    entries); returns what was removed."""
+    from .scan_cache import clear as clear_scans
+
+    folder = folder or cache_dir()
+    removed = info(folder)
+    remove_files([e.file for e in removed.entries], "a cache entry", folder, SUFFIX)
+    clear_scans(folder)
+    remove_files(list(_entry_files(folder / GRIDS, GRID_SUFFIX)), "a cached grid", folder / GRIDS, GRID_SUFFIX)
+    remove_files(_plan_files(folder), "a query plan", folder / PLANS_FOLDER, (PLAN_SUFFIX, PLAN_DEPENDS_SUFFIX))
+    return removed
+
+
+def remove_files(files: list[Path], what: str, folder: Path, suffix: str | tuple[str, ...]) -> None:
+    """Remove cache files (one already gone is no failure; one that cannot be removed is a
+    typed failure naming it), then the stale temporary files of such files in ``folder``."""
+    from ..base.errors import WriteFailedError
+
+    suffixes = (suffix,) if isinstance(suffix, str) else suffix
+    for path in files:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise WriteFailedError(f"cannot remove {what}: {exc.strerror or exc}", file=path,
+                                   fix="check the cache folder's permissions") from None
+    with contextlib.suppress(OSError):
+        for temp in atomic.temp_files(folder):
+            if temp.name.startswith(".") and any(x in temp.name for x in suffixes) and atomic.is_stale_temp(temp):
+                temp.unlink()
+
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "DEFAULT_MAX_BYTES",
+    "MAX_BYTES_ENV",
+    "NO_CACHE_ENV",
+    "CacheInfo",
+    "cache_dir",
+    "clear",
+    "enabled",
+    "evict",
+    "info",
+    "load_keyed",
+    "max_bytes",
+    "notes",
+    "pipeline_fingerprint",
+    "registry_fingerprint",
+    "source_identity",
+]

@@ -222,7 +222,7 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
     for k in keys:
         print(f"{k:24s} {stats(inner[k]):>28s} | {stats(plane[k]):>31s} | {signed(front[k]):>38s}")
 
-    def pool(d: dict[str, list[float]], where) -> list[float]:  # noqa: ANN001
+    def pool(d: dict[str, list[float]], where) -> list[float]:
         return [e for k, v in d.items() if attention.get(k, True) and where(k) for e in v]
 
     print()

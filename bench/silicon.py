@@ -284,7 +284,7 @@ def score_table(title: str, rows, preds, by) -> None:
     for key in sorted(groups, key=str):
         g = groups[key]
         got = [r for r in g if r["id"] in preds]
-        line = f"{str(key):<44} {len(g):>5} {len(got) / len(g):>8.0%}"
+        line = f"{key!s:<44} {len(g):>5} {len(got) / len(g):>8.0%}"
         if got:
             t = _stats([(preds[r["id"]][0], r["silicon_ttft_ms"]) for r in got])
             p = _stats([(preds[r["id"]][1], r["silicon_tpot_ms"]) for r in got])

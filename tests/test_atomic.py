@@ -21,15 +21,14 @@ from modperf.base.atomic import (
     TMP_SUFFIX,
     is_live_temp,
     is_stale_temp,
-    parquet_writer,
     stage,
     sweep,
     temp_files,
     temp_owner,
     text_writer,
     write_atomically,
-    written_by_modperf,
 )
+from modperf.data.parquet_files import parquet_writer, written_by_modperf
 
 ALIAS = "02_alias_duplication/githead_095f58a51"
 

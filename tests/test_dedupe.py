@@ -12,9 +12,9 @@ import pytest
 
 from modperf import errors as E
 from modperf.audit.dedupe import DEFAULT_TOLERANCE, audit_table, dedupe, write_table
-from modperf.base.atomic import written_by_modperf
 from modperf.data.catalog import TableRef, refs_for_paths
 from modperf.data.loader import load_one
+from modperf.data.parquet_files import written_by_modperf
 from modperf.fast.cache_keys import embedded_data_root
 from modperf.specs.models import ModelRegistry
 

@@ -153,11 +153,14 @@ def test_bad_requests(db):
         estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="tensorrt", isl=1, osl=1, batch=1)
     with pytest.raises(E.UsageError, match=r"isl must be an integer in 1\.\.4,194,304 \(tokens\)"):
         estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", isl=0, osl=1, batch=1)
-    with pytest.raises(E.NotCoveredError) as info:
+    # a version the system and backend do not hold: refused with the versions they hold (the
+    # version policy, modperf.data.versions; the step pricer and predict refuse it alike)
+    with pytest.raises(E.OptionValueError) as info:
         estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", version="0.9.9", isl=1, osl=1,
                  batch=1)
-    assert str(info.value).startswith("gb300/vllm 0.9.9 has no mla_context_module, mla_generation_module table(s)")
-    assert info.value.values["versions_holding"]["mla_context_module"] == ["0.24.0", "0.27.0"]
+    assert str(info.value).startswith("gb300/vllm has no version '0.9.9' [")
+    assert info.value.fix == "versions: " + ", ".join(info.value.values["versions"])
+    assert "0.27.0" in info.value.values["versions"]
     # a pinned version that holds the tables but not Kimi-K3's native: refused, never borrowed
     with pytest.raises(E.NotCoveredError, match="has no native-96 bucket for this key; it holds native head counts 128"):
         estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", version="0.24.0", isl=1024,

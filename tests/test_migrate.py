@@ -431,7 +431,7 @@ def test_a_write_failing_midway_leaves_the_original_and_no_temp_file(stale: Path
 
 def test_verification_failure_replaces_nothing(stale: Path, monkeypatch) -> None:
     import modperf.audit.migrate.execute as migrate_module
-    from modperf.base.atomic import parquet_writer
+    from modperf.data.parquet_files import parquet_writer
 
     def tampered(table: pa.Table, **kwargs):
         latency = table.column("latency")

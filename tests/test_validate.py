@@ -4,7 +4,6 @@ error type and the key parts of its message (file, rows, values, fix)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np

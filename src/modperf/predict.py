@@ -8,6 +8,9 @@ question as it stands: ``model_path, system, backend, backend_version, mode, isl
 gemm_quant_mode, moe_quant_mode, batch_size, tp_size, pp_size, attention_dp_size, moe_tp_size,
 moe_ep_size`` and, for disaggregated deployments, ``prefill_`` / ``decode_`` + ``batch_size,
 num_workers, tp_size, pp_size, attention_dp_size, moe_tp_size, moe_ep_size``.
+
+May import: modperf.base, modperf.fast, modperf.specs, modperf.data, modperf.query, modperf.model,
+modperf.serving, modperf.serving_constants.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ every constant with where it comes from. In short:
 
 Backend defaults that are not fitted (chunk sizes, memory fractions, scheduler kind) are
 :data:`BACKENDS`; the fitted constants are :mod:`modperf.serving_constants`.
+
+May import: modperf.base, modperf.fast, modperf.specs.
 """
 
 from __future__ import annotations

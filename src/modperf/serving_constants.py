@@ -2,6 +2,8 @@
 
 Written by ``python bench/silicon.py --fit`` from the CALIBRATION rows of the corpus's
 silicon_sample.csv only (the split rule is in docs/serving.md); never edited by hand.
+
+May import: modperf.serving.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ A row is **evaluation** when ``int(sha256(f"{model_path}|{system}|{backend}|{mod
 .hexdigest()[:8], 16)`` is odd, otherwise **calibration** (issue 14; docs/serving.md). The key
 is the deployment group, not the row, so that one model on one system and backend is never
 on both sides.
+
+May import: pyarrow; modperf.base, modperf.fast, modperf.predict.
 """
 
 from __future__ import annotations

@@ -39,13 +39,14 @@ import pyarrow.compute as pc
 
 from ..base import errors as E
 from ..base import limits
-from ..base.atomic import parquet_writer, sweep, write_atomically, written_by_modperf
+from ..base.atomic import sweep, write_atomically
 from ..base.meta import __version__
 from ..data.buckets import NATIVE, KeyedTable
 from ..data.catalog import PARQUET_SUFFIX, TableRef
 from ..data.codes import combine, factorize
 from ..data.families.base import ARCHITECTURE, HEADS, MEASURED_BY, MODEL
 from ..data.loader import Loaded, Scope, load_many, load_one
+from ..data.parquet_files import parquet_writer, written_by_modperf
 from ..data.reader import read_schema, stored_type
 from ..data.validate import ValidatedTable
 from ..specs.models import ModelRegistry
@@ -423,7 +424,7 @@ def destination(ref: TableRef, out_dir: Path) -> Path:
     return out_dir / name
 
 
-#: The stamp dedupe puts in the files it writes (modperf.base.atomic.OWNER_KEY).
+#: The stamp dedupe puts in the files it writes (modperf.data.parquet_files.OWNER_KEY).
 OWNER = f"modperf {__version__} dedupe"
 
 

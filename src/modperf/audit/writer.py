@@ -51,12 +51,13 @@ import yaml
 
 from ..base import errors as E
 from ..base import limits
-from ..base.atomic import parquet_writer, stage, text_writer
+from ..base.atomic import stage, text_writer
 from ..base.meta import __version__
 from ..data.catalog import PARQUET_SUFFIX, TableRef
 from ..data.families import Tier, family_of
 from ..data.families.base import ARCHITECTURE, HEADS, LATENCY, MODEL, TP
 from ..data.loader import load_one
+from ..data.parquet_files import parquet_writer
 from ..data.schema import corpus_schema
 from ..data.validate import validate_table
 from ..specs.models import ModelConfig, ModelRegistry

@@ -15,9 +15,7 @@ host removes it, but only once it can prove the writer is gone (no process with 
 that started at another time, or another boot). A temporary file it cannot prove stale is left
 alone; ``modperf check`` reports it.
 
-Output folders are owned: :func:`parquet_writer` can stamp a file as written by modperf (a
-key in the parquet footer), and :func:`written_by_modperf` reads the stamp back, so a command
-that writes into a folder it shares with other files can refuse to replace one it did not write.
+Writing parquet through this path, and the owner stamp, is :mod:`modperf.data.parquet_files`.
 """
 
 from __future__ import annotations
@@ -31,17 +29,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 from . import errors as E
-
-if TYPE_CHECKING:  # pyarrow on use: the catalog and the cache import this module, a query reads no parquet
-    import pyarrow as pa
 
 #: Temporary files end with this (the name before it says which process wrote it).
 TMP_SUFFIX = ".modperf-tmp"
 #: Parquet footer key that marks a file modperf wrote (value: which command and version).
-OWNER_KEY = b"modperf.written_by"
 _SEP = "~"
 _HOST_CHARS = re.compile(r"[^A-Za-z0-9.-]")
 
@@ -146,20 +140,6 @@ def sweep(folder: Path) -> list[Path]:
                 p.unlink()
                 removed.append(p)
     return removed
-
-
-def written_by_modperf(path: Path) -> bool:
-    """Whether ``path`` is a parquet file stamped by :func:`parquet_writer` (``owner=``)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        if path.is_symlink() or not path.is_file():
-            return False
-        meta = pq.read_schema(path).metadata or {}
-    except (pa.ArrowException, OSError, ValueError):
-        return False
-    return OWNER_KEY in meta
 
 
 def real_target(target: Path, *, follow: bool) -> Path:
@@ -320,21 +300,6 @@ def staged_files() -> Iterator[list[StagedFile]]:
     finally:
         for s in staged:
             s.discard()
-
-
-def parquet_writer(table: pa.Table, *, compression: str = "zstd", row_group_size: int | None = None,
-                   owner: str | None = None) -> Callable[[BinaryIO], None]:
-    """A ``write`` callback that stores ``table`` as parquet (the corpus uses zstd); ``owner``
-    stamps the footer (:data:`OWNER_KEY`) so that a later run knows modperf wrote the file."""
-    if owner is not None:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), OWNER_KEY: owner.encode()})
-
-    def write(handle: BinaryIO) -> None:
-        import pyarrow.parquet as pq
-
-        pq.write_table(table, handle, compression=compression, row_group_size=row_group_size)
-
-    return write
 
 
 def text_writer(text: str) -> Callable[[BinaryIO], None]:

@@ -118,9 +118,9 @@ def run_alone(args: list[str]) -> int | None:
     except KeyboardInterrupt:  # as typer reports it: exit 130, nothing printed
         return 130
     except Exception as exc:
-        from ._common import _fit_width, report_error
+        from ._common import fit_width, report_error
 
-        _fit_width()
+        fit_width()
         if not isinstance(exc, E.ModperfError) and os.environ.get("MODPERF_DEBUG"):
             raise
         return report_error(exc, json_out=False)

@@ -78,7 +78,7 @@ def emit_json(obj: Any) -> None:
 UNBOUNDED_WIDTH = 100_000
 
 
-def _fit_width() -> None:
+def fit_width() -> None:
     """Terminals get their own width; anything else gets tables at full width, never cut."""
     for c in (console, err_console):
         c.width = None if c.is_terminal else UNBOUNDED_WIDTH  # type: ignore[assignment]  # rich: None = auto-detect
@@ -110,7 +110,7 @@ def handles_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        _fit_width()
+        fit_width()
         try:
             return fn(*args, **kwargs)
         except E.ModperfError as exc:

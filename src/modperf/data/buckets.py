@@ -415,11 +415,11 @@ class _Digit:
     def factorized(self) -> _Digit:
         """The digit as the rank of each value among the column's (narrow ranks through a
         presence table over a short span, whose bounds are known; else a hash)."""
-        from .codes import _DENSE_SPAN, dense_levels, factorize
+        from .codes import DENSE_SPAN, dense_levels, factorize
 
         low, high = self.bounds
         span = high - low + 1
-        if not self.ranked and span <= max(self.values.size, _DENSE_SPAN) and span < 2**31:
+        if not self.ranked and span <= max(self.values.size, DENSE_SPAN) and span < 2**31:
             levels, rank = dense_levels(self.values, low, span)
         else:
             levels, rank = factorize(self.values)

@@ -450,6 +450,21 @@ class Catalog:
         return index[2].get((system, backend, version, table))
 
 
+    def tables_by_version(self, system: str, backend: str) -> dict[str, set[str]]:
+        """version -> the tables a system and backend hold at it (reuse-resolved slots); a
+        system and backend the root holds nothing of is an UnknownTableError naming what it holds."""
+        by_version: dict[str, set[str]] = {}
+        for r in self.slots:
+            if r.system == system and r.backend == backend:
+                by_version.setdefault(str(r.version), set()).add(r.table)
+        if not by_version:
+            have = sorted({(str(r.system), str(r.backend)) for r in self.slots})
+            raise UnknownTableError(
+                f"no tables for system={system} backend={backend}", values={"system": system, "backend": backend},
+                fix="available: " + ", ".join(f"{s}/{b}" for s, b in have))
+        return by_version
+
+
 def _walk_tables(folder: Path, problems: list[E.ModperfError]) -> list[Path]:
     """Table files under ``folder``, recursively. Nothing is skipped silently: a sub-folder that
     cannot be listed, a link out of ``folder`` and a leftover temporary file are problems. A

@@ -110,7 +110,7 @@ def dense_levels(values: np.ndarray, low: int, span: int) -> tuple[np.ndarray, n
 
 #: Integer columns whose values span at most this many (or as many as they have rows) are
 #: factorized through a presence table over the span instead of a hash table.
-_DENSE_SPAN = 1 << 14
+DENSE_SPAN = 1 << 14
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,7 +124,7 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if values.dtype.kind in "iu":
         low, high = int(values.min()), int(values.max())
         span = high - low + 1
-        if span <= max(values.size, _DENSE_SPAN) and span < 2**31:
+        if span <= max(values.size, DENSE_SPAN) and span < 2**31:
             # values - low lies in [0, span): exact in int32 (the subtraction wraps consistently)
             shifted = np.subtract(values, values.dtype.type(low), dtype=np.int32, casting="unsafe")
             present = np.zeros(span, dtype=bool)

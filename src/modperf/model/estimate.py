@@ -43,12 +43,12 @@ import numpy as np
 from ..base import errors as E
 from ..base import limits
 from ..data.families import registry as family_registry
-from ..data.families.base import Family, Tier
-from ..data.versions import version_key
+from ..data.families.base import Family
 from ..query.interp import EXACT, EXTRAPOLATED, INTERPOLATED, KIND_NAMES, REFUSED
 from ..query.resolve import layer_kinds
 from ..specs.layers import AttentionLayer, LayerSchedule, layer_schedule
 from ..specs.shard import divisors, local_heads, validate_tps
+from .tables import COMPOSED_MLA_TABLES, DTYPE_COLUMNS, GEMM_TABLE, composes, versions_for_native
 
 if TYPE_CHECKING:
     from ..query.db import Database
@@ -56,12 +56,6 @@ if TYPE_CHECKING:
     from ..specs.models import ModelConfig
     from .step import ModelEstimate
 
-GEMM_TABLE = "gemm"
-#: Dtype key columns a user may set (``dtypes``); unset ones follow the checkpoint where it fixes
-#: them (the GEMM dtype) and otherwise the query's documented default (bfloat16 where measured).
-DTYPE_COLUMNS = ("attn_dtype", "kv_cache_dtype", "mla_dtype", "gemm_type", "gemm_dtype", "bmm_dtype")
-#: The tables an MLA layer is composed from where no MLA module table exists.
-COMPOSED_MLA_TABLES = ("context_mla", "generation_mla", "mla_bmm", GEMM_TABLE)
 _KIND_ORDER = {"exact": 0, "interpolated": 1, "extrapolated": 2}
 #: Errors that make one phase at one tp unanswerable (the other phase still answers).
 _PHASE_ERRORS = (E.NotCoveredError, E.OutOfCoverageError)
@@ -214,35 +208,6 @@ def _family(layer: AttentionLayer) -> Family:
     return family_registry()[layer.family]
 
 
-def _slot_tables(db: Database, system: str, backend: str) -> dict[str, set[str]]:
-    """version -> tables of one system/backend (reuse-resolved slots)."""
-    slots = [r for r in db.catalog.slots if r.system == system and r.backend == backend]
-    if not slots:
-        have = sorted({(str(r.system), str(r.backend)) for r in db.catalog.slots})
-        raise E.UnknownTableError(
-            f"no tables for system={system} backend={backend}", values={"system": system, "backend": backend},
-            fix="available: " + ", ".join(f"{s}/{b}" for s, b in have))
-    by_version: dict[str, set[str]] = {}
-    for r in slots:
-        by_version.setdefault(str(r.version), set()).add(r.table)
-    return by_version
-
-
-def _composes(layer: AttentionLayer, by_version: Mapping[str, set[str]], version: str | None, mla: str) -> bool:
-    """An MLA layer is composed where no considered version holds its module tables but one holds
-    the kernel, bmm and GEMM tables (``mla="auto"``), or always (``"composed"``, to compare the
-    two where both exist), or never (``"module"``)."""
-    if layer.family != "mla_module" or mla == "module":
-        return False
-    considered = [version] if version is not None else list(by_version)
-    if mla == "composed":
-        return True
-    module = {t for t in (layer.context_table, layer.generation_table) if t}
-    if any(module <= by_version.get(v, set()) for v in considered):
-        return False
-    return any(set(COMPOSED_MLA_TABLES) <= by_version.get(v, set()) for v in considered)
-
-
 def _needed_tables(groups: Sequence[tuple[AttentionLayer, int]], composed: set[AttentionLayer]) -> list[str]:
     tables: list[str] = []
 
@@ -260,47 +225,6 @@ def _needed_tables(groups: Sequence[tuple[AttentionLayer, int]], composed: set[A
         if not _family(layer).projections_in_rows:
             add(GEMM_TABLE)
     return tables
-
-
-def _choose_versions(db: Database, system: str, backend: str, version: str | None, tables: Sequence[str],
-                     by_version: Mapping[str, set[str]], native: int, notes: list[str]) -> dict[str, str]:
-    if version is not None:
-        missing = [t for t in tables if t not in by_version.get(version, set())]
-        if missing:
-            holding = {t: sorted((v for v, ts in by_version.items() if t in ts), key=version_key) for t in missing}
-            raise E.NotCoveredError(
-                f"{system}/{backend} {version} has no {', '.join(missing)} table(s)",
-                values={"versions_holding": holding}, fix="choose a version that holds them, or omit --version")
-        return {t: version for t in tables}
-    newest_first = sorted(by_version, key=version_key, reverse=True)
-    complete = [v for v in newest_first if all(t in by_version[v] for t in tables)]
-    module_tables = [t for t in tables if t != GEMM_TABLE and _table_tier(t) is not Tier.LOCAL]
-    for v in complete:
-        if all(native in db.table(system, backend, v, t).natives for t in module_tables):
-            return {t: v for t in tables}
-    if complete:
-        notes.append(f"no {system}/{backend} version holds a native-{native} bucket in every module table; "
-                     f"using the newest complete version, {complete[0]}")
-        return {t: complete[0] for t in tables}
-    chosen = {}
-    for t in tables:
-        holding_t = [v for v in newest_first if t in by_version[v]]
-        if not holding_t:
-            raise E.NotCoveredError(
-                f"no {system}/{backend} version holds a {t} table", values={"table": t},
-                fix=f"see `modperf ls --system {system} --backend {backend}`")
-        chosen[t] = holding_t[0]
-    notes.append("no single version holds every table; each table uses its newest version: "
-                 + ", ".join(f"{t} {v}" for t, v in chosen.items()))
-    return chosen
-
-
-def _table_tier(table: str) -> Tier:
-    from ..data.families import family_of
-
-    fam = family_of(table)
-    assert fam is not None  # tables come from layer schedules and COMPOSED_MLA_TABLES, all declared
-    return fam.tier
 
 
 class _Estimator:
@@ -548,10 +472,10 @@ def estimate(
         raise E.UsageError(f"unknown dtype option(s) {', '.join(unknown)}", values={"dtypes": unknown},
                            fix=f"dtype options are {', '.join(DTYPE_COLUMNS)}")
     notes: list[str] = []
-    by_version = _slot_tables(db, system, backend)
-    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, mla)}
+    by_version = db.catalog.tables_by_version(system, backend)
+    composed = {layer for layer, _ in covered if composes(layer, by_version, version, mla)}
     tables = _needed_tables(covered, composed)
-    versions = _choose_versions(db, system, backend, version, tables, by_version, config.native_heads, notes)
+    versions = versions_for_native(db, system, backend, by_version, tables, version, config.native_heads, notes)
     unknown_pins = sorted(set(kernel_sources or {}) - set(tables))
     if unknown_pins:
         raise E.OptionValueError(

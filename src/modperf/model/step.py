@@ -26,12 +26,12 @@ from ..base import errors as E
 from ..base import limits
 from ..data.families import registry as family_registry
 from ..data.families.custom_allreduce import bus_factor
-from ..data.versions import version_key
+from ..data.versions import nearest, refuse_unknown, version_key
 from ..query.resolve import layer_kinds
 from ..specs.layers import AttentionLayer, FfnLayer, ffn_schedule, layer_schedule
 from ..specs.roofline import GpuSpec, gpu_spec
 from ..specs.shard import divisors, local_kv_heads, validate_tps
-from .estimate import COMPOSED_MLA_TABLES, DTYPE_COLUMNS, GEMM_TABLE, _choose_versions, _composes, _slot_tables
+from .tables import COMPOSED_MLA_TABLES, DTYPE_COLUMNS, GEMM_TABLE, composes, versions_for_native
 
 if TYPE_CHECKING:
     from ..query.db import Database
@@ -296,14 +296,6 @@ _PLANS: weakref.WeakKeyDictionary[Database, dict[tuple[Any, ...], _Plan]] = weak
 _PLAN_LOCK = threading.Lock()
 
 
-def _nearest(order: list[str], holding: list[str], anchor: str) -> str:
-    """The version holding a table nearest the anchor in release order (ties: the newer)."""
-    if anchor in holding:
-        return anchor
-    at = order.index(anchor)
-    return min(holding, key=lambda v: (abs(order.index(v) - at), -order.index(v)))
-
-
 def _plan(db: Database, model: str, system: str, backend: str, parallel: Parallel, version: str | None,
           dtypes: Mapping[str, str]) -> _Plan:
     cfg = db.models.get(model)
@@ -326,14 +318,13 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
             _shard("routed experts", block.experts, parallel.moe_ep, "moe_ep", model)
             if block.shared_inter:
                 _shard("shared expert width", block.shared_inter, tp, "tp", model)
-    by_version = _slot_tables(db, system, backend)
+    by_version = db.catalog.tables_by_version(system, backend)
     order = sorted(by_version, key=version_key)
     if version is not None and version not in by_version:
-        raise E.OptionValueError(f"{system}/{backend} has no version {E.quote(version)}",
-                                 values={"version": version}, fix="versions: " + ", ".join(order))
+        raise refuse_unknown(f"{system}/{backend}", version, order)
     notes: list[str] = []
     covered = [(layer, n) for layer, n, _ in attention if layer.covered]
-    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")
+    composed = {layer for layer, _ in covered if composes(layer, by_version, version, "auto")
                 or _compose_instead(db, system, backend, layer, by_version, version)}
     attention_tables: list[str] = []
     for layer, _ in covered:
@@ -348,9 +339,10 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
     if any(_is_gdn(layer, cfg) for layer, _, _ in attention):
         tables.append("gdn")
     chosen: dict[str, str] = {}
-    if version is None and attention_tables:
+    if version is None and attention_tables:  # the policy's step 2 (modperf.data.versions)
         try:
-            chosen = _choose_versions(db, system, backend, None, attention_tables, by_version, cfg.native_heads, notes)
+            chosen = versions_for_native(db, system, backend, by_version, attention_tables, None, cfg.native_heads,
+                                         notes)
         except E.NotCoveredError:
             chosen = {}
     anchor = version or (chosen[attention_tables[0]] if chosen else order[-1])
@@ -361,7 +353,7 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
         if t in chosen and version is None:
             versions[t] = chosen[t]
         elif holding:
-            versions[t] = _nearest(order, holding, anchor)
+            versions[t] = nearest(order, holding, anchor)
         else:
             missing[t] = f"no {system}/{backend} version holds a {t} table"
     borrowed = sorted({f"{t} {v}" for t, v in versions.items() if v != anchor})

@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...base import errors as E
-from ...base.atomic import parquet_writer, write_atomically
+from ...base.atomic import write_atomically
 from ...data.catalog import TableRef
 from ...data.families.base import HEADS, TP
 from ...data.loader import load_one
+from ...data.parquet_files import parquet_writer
 from ...data.reader import read_table
 from ...specs.models import ModelRegistry
 from .plan import STALE, FilePlan, ints

@@ -482,9 +482,19 @@ class _Pricer:
                 break  # the key is resolved; this point (or this kernel) is what misses
         return fixed, kernels
 
-    def ask(self, table: str, fields: Mapping[str, Any], *, backend: str | None = None, version: str | None = None,
-            kernels: Callable[[str], bool] | None = None, kernel_class: str = "",
-            prefer: Mapping[str, Callable[[Any], bool]] | None = None) -> Answer:
+    def ask(self, table: str, fields: Mapping[str, Any], **kw: Any) -> Answer:
+        """One op's answer (:meth:`_ask`); where it comes from a library table served from the
+        framework folder it was filed in, the step's notes say so (once)."""
+        answer = self._ask(table, fields, **kw)
+        if answer.notes:  # (the served file's note is among them: only then is the slot looked up)
+            misplaced = self.db.ref(answer.system, answer.backend, answer.version, answer.table).misplaced
+            if misplaced is not None and misplaced.note not in self.notes:
+                self.notes.append(misplaced.note)
+        return answer
+
+    def _ask(self, table: str, fields: Mapping[str, Any], *, backend: str | None = None, version: str | None = None,
+             kernels: Callable[[str], bool] | None = None, kernel_class: str = "",
+             prefer: Mapping[str, Callable[[Any], bool]] | None = None) -> Answer:
         plan = self.plan
         backend = backend or plan.backend
         if version is None:

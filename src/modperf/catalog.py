@@ -172,8 +172,8 @@ class Misplaced:
     @property
     def note(self) -> str:
         """What every answer served from the file says."""
-        return (f"served from {self.file}: a {self.library} table filed in the framework folder {self.folder}/, read "
-                f"as release {self.release} (the release its rows record); it belongs in {self.target}/")
+        return (f"served from {self.file}, filed in the framework folder {self.folder}/: read as {self.library} "
+                f"release {self.release} (the release its rows record); it belongs in {self.target}/")
 
     def to_dict(self) -> dict[str, Any]:
         return {"file": self.file, "folder": self.folder, "library": self.library,

@@ -349,8 +349,9 @@ class TableStore:
                      f"its release's own file {placed.held_by} answers that release" if placed.held_by else
                      "other misplaced files record the same release, so none is served")
             return E.UnknownTableError(
-                f"no {table} table for system={system} backend={backend} version={version}: the {table} table in "
-                f"that folder is a {placed.library} release's table, and {where}", file=filed.path, values=values,
+                f"no {table} table for system={system} backend={backend} version={version}: the {table} table "
+                f"filed in that folder is read as a {placed.library} release, and {where}", file=filed.path,
+                values=values,
                 fix=f"ask backend={placed.library} version={placed.release}, or run `modperf check {filed.path}`")
         if not any(r.table == table for r in slots):
             near = difflib.get_close_matches(table, sorted({r.table for r in slots}), n=3)

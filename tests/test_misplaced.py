@@ -8,6 +8,8 @@ caches (catalog scan records, query plans) follow where it is served."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from tests.helpers import stored_latency
+from tests.helpers import REPO, stored_latency
 
 import modperf
 from modperf import errors as E
@@ -218,3 +220,15 @@ def test_the_caches_follow_where_it_is_served(tmp_path: Path, cache_dir: Path,
     assert plan_answer({**ASK, "version": "2.30"}) is None
     now = modperf.open(root).answer({**ASK, "version": "2.30"}, quality=False)
     assert (now.latency_ms, now.notes, now.files) == (PLACED_MS, [], (str(placed),))
+
+
+def test_a_scan_reads_the_release_without_pyarrow(tmp_path: Path) -> None:
+    """The release comes from the footer's statistics (modperf.footer): a scan stays a listing."""
+    filed(tmp_path, FRAMEWORK)
+    code = ("import sys\nfrom modperf.catalog import Catalog\n"
+            f"(ref,) = Catalog.scan({str(tmp_path)!r}).slots\n"
+            "print(ref.slot, ref.misplaced.recorded, 'pyarrow' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                          env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "('b300_sxm', 'nccl', '2.29.2', 'nccl') ('2.29.2',) False"

@@ -29,6 +29,7 @@ from .cache_keys import (
     distribution_base,
 )
 from .errors import DataRootError, UnknownTableError
+from .footer import constant_value
 from .limits import MAX_CONFIG_BYTES
 
 PARQUET_SUFFIX = "_perf.parquet"
@@ -432,8 +433,13 @@ def scan_folders(root: Path, problems: list[E.ModperfError], watch: ScanWatch | 
 
 def _read_releases(path: Path) -> tuple[str, ...]:
     """The releases a table file's rows record (:func:`releases_of`); () when it has no
-    version column or cannot be read (loading it reports why)."""
-    from .reader import read_table  # on use: only a library table in a framework folder is read
+    version column or cannot be read (loading it reports why). Where the parquet footer's
+    statistics show one release on every row (the usual case), no more is read: a scan does not
+    import pyarrow for it (:mod:`modperf.footer`)."""
+    only = constant_value(path, RELEASE_COLUMN)
+    if only is not None:
+        return releases_of([only])
+    from .reader import read_table  # on use: a footer that does not tell (several releases, a CSV)
 
     try:
         table = read_table(path, columns=[RELEASE_COLUMN])

@@ -67,8 +67,8 @@ RACY_NS = 2_000_000_000
 MAX_RECORDS = 32
 _DIGEST = 32
 #: The code whose behaviour a record stands for.
-_SOURCES = ("catalog.py", "scan_cache.py", "cache_keys.py", "reader.py", "atomic.py", "limits.py", "roofline.py",
-            "jsonio.py", "_meta.py")
+_SOURCES = ("catalog.py", "scan_cache.py", "cache_keys.py", "footer.py", "reader.py", "atomic.py", "limits.py",
+            "roofline.py", "jsonio.py", "_meta.py")
 
 
 @functools.cache

@@ -7,6 +7,7 @@ caches (catalog scan records, query plans) follow where it is served."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from tests.helpers import REPO, stored_latency
+from tests.helpers import REPO, run_cli, stored_latency
 
 import modperf
 from modperf import errors as E
@@ -97,7 +98,8 @@ def test_served_under_the_release_its_rows_record(tmp_path: Path) -> None:
 
 def test_the_step_pricer_prices_from_it_and_says_where_it_lies(tmp_path: Path) -> None:
     """b300_sxm with its NCCL release folders taken away: the pricer's NCCL ops come from the
-    misplaced file, served as 2.29.2, and the estimate's notes say where the file lies."""
+    misplaced file, served as 2.29.2, and the estimate's and the prediction's notes say where
+    the file lies."""
     from modperf.estimate import estimate
 
     shutil.copytree(embedded_data_root() / "b300_sxm", tmp_path / "b300_sxm")
@@ -113,6 +115,12 @@ def test_the_step_pricer_prices_from_it_and_says_where_it_lies(tmp_path: Path) -
     assert (gather["name"], gather["backend"], gather["version"]) == ("logits all_gather", "nccl", "2.29.2")
     asked = db.query(table="nccl", system="b300_sxm", backend="nccl", version="2.29.2", **gather["fields"])
     assert gather["ms"] == asked.latency_ms and asked.notes == [note(file)]
+    # a serving prediction priced with it says so too (the command a user runs)
+    done = run_cli(["predict", "--model", "deepseek-ai/DeepSeek-V3", "--system", "b300_sxm", "--backend", "trtllm",
+                    "--tp", "8", "--isl", "2048", "--osl", "512", "--batch", "8", "--data-root", str(tmp_path),
+                    "--json"])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["notes"] == [note(file)]
 
 
 def test_the_releases_own_file_answers_and_the_copy_is_compared(tmp_path: Path) -> None:

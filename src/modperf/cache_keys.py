@@ -118,10 +118,12 @@ def source_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return {"path": os.path.realpath(path), "size": size, "mtime_ns": st.st_mtime_ns, "content": h.hexdigest()}
 
 
-def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any]) -> bool:
-    """Whether a scan of ``root`` now would depend on the same folders and sidecars: every
-    folder (relative to the root) stats the same (device, inode, mode, ``mtime_ns``,
-    ``ctime_ns``) and every ``reuse.yaml`` holds bytes of the same digest
+def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any], tables: Sequence[Any] = ()) -> bool:
+    """Whether a scan of ``root`` now would depend on the same folders, sidecars and table
+    contents: every folder (relative to the root) stats the same (device, inode, mode,
+    ``mtime_ns``, ``ctime_ns``), every ``reuse.yaml`` holds bytes of the same digest, and every
+    table file whose rows the scan read (a library table in a framework folder: the release it
+    records) has the same size, ``mtime_ns`` and footer digest (:func:`source_identity`)
     (:mod:`modperf.scan_cache`'s rule, which :mod:`modperf.plans` keeps too)."""
     join = os.path.join
     try:
@@ -133,9 +135,19 @@ def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any]) -
             with open(join(root, rel), "rb") as f:
                 if content_digest(f.read()) != digest:
                     return False
+        for rel, key in tables:
+            if table_key(join(root, rel)) != list(key):
+                return False
     except (OSError, TypeError, ValueError):
         return False
     return True
+
+
+def table_key(path: str) -> list[Any] | None:
+    """[size, mtime_ns, content digest] of a table file (:func:`source_identity`); None when it
+    cannot be read."""
+    identity = source_identity(path)
+    return None if identity is None else [identity["size"], identity["mtime_ns"], identity["content"]]
 
 
 _BASE: list[str | None] = []
@@ -163,4 +175,5 @@ def distribution_base() -> str | None:
 
 __all__ = ["CACHE_DIR_ENV", "DATA_PACKAGE", "DATA_ROOT_ENV", "EMBEDDED_CONFIGS", "EMBEDDED_DATA", "EMBEDDED_SYSTEMS",
            "MODEL_CONFIGS_ENV", "NO_CACHE_ENV", "blake2b", "cache_folder", "config_folders", "content_digest",
-           "distribution_base", "enabled", "is_digits", "scan_unchanged", "source_digest", "source_identity"]
+           "distribution_base", "enabled", "is_digits", "scan_unchanged", "source_digest", "source_identity",
+           "table_key"]

@@ -101,7 +101,7 @@ class _MovedModules:
         home = MOVED.get(head)
         if home is None:
             return None
-        spec_type = type(sys.modules[__name__].__spec__)  # importlib's ModuleSpec, without importing importlib
+        spec_type: Any = type(sys.modules[__name__].__spec__)  # importlib's ModuleSpec, without importing importlib
         return spec_type(fullname, self, origin=f"{self.prefix}{home}{dot}{rest}")
 
     @staticmethod

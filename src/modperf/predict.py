@@ -387,6 +387,7 @@ class _Steps:
         for op in step.ops:
             self.kinds[op.kind] += op.count
         self.versions.update(step.versions)
+        self.notes.extend(n for n in step.served_from if n not in self.notes)  # where a misplaced table lies
         return step
 
     def ms(self, prefill: SeqChunk | None = None, decode: DecodePart | None = None) -> float:

@@ -56,12 +56,26 @@ def print_report(report: CheckReport) -> None:
                   "rule.",
                   style="dim")
     for failure in report.failures:
-        console.print(f"[red]FAIL[/] [bold]{failure.kind}[/]: {escape(str(failure))}", soft_wrap=True)
-    verdict = "[green]clean[/]" if report.ok else f"[red]{len(report.failures)} failure(s)[/]"
+        strict = " (a warning; --strict)" if failure.severity == "warning" else ""
+        console.print(f"[red]FAIL[/] [bold]{failure.kind}[/]{strict}: {escape(str(failure))}", soft_wrap=True)
+    for warning in report.warnings:
+        console.print(f"[yellow]WARN[/] [bold]{warning.kind}[/]: {escape(str(warning))}", soft_wrap=True)
     console.print(
-        f"{len(report.files)} tables, {report.rows:,} rows checked in {report.seconds:.1f} s: {verdict}"
+        f"{len(report.files)} tables, {report.rows:,} rows checked in {report.seconds:.1f} s: {verdict(report)}"
         + (f" ({report.skipped} table files no family declares skipped)" if report.skipped else "")
     )
+
+
+def verdict(report: CheckReport) -> str:
+    """``clean``, ``clean, 1 warning``, ``2 failure(s)``..., and under --strict how many of the
+    failures are warnings."""
+    warnings = len(report.warnings)
+    counted = f", {warnings} warning{'s' if warnings != 1 else ''}" if warnings else ""
+    if report.ok:
+        return f"[green]clean[/]{counted}"
+    promoted = sum(f.severity == "warning" for f in report.failures)
+    strict = f" ({promoted} warning{'s' if promoted != 1 else ''} failed by --strict)" if promoted else ""
+    return f"[red]{len(report.failures)} failure(s)[/]{strict}{counted}"
 
 
 @app.command("check")
@@ -85,15 +99,18 @@ def check_command(
                             "this (ms).")] = Thresholds.min_delta_ms,
     quality_examples: Annotated[int, typer.Option("--quality-examples", help="--quality: findings listed per table "
                                 "and kind (0 = all).")] = 10,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail on warnings too (exit 1): for collectors' CI "
+                                         "gates.")] = False,
 ) -> None:
-    """Load every declared table with all guards; exit 0 when clean, 1 on failures, 2 on usage errors."""
+    """Load every declared table with all guards; exit 0 when clean (warnings listed), 1 on failures (or, with
+    --strict, warnings), 2 on usage errors."""
     thresholds = Thresholds(monotone_tolerance, spike_factor, cross_factor, min_delta_ms)
     if quality:
         thresholds.validate()  # a bad threshold is a usage error before any work
     with progress("checking", enabled=not json_out) as on_progress:
         report = check(paths_or_none(paths), data_root=str(data_root) if data_root else None, table=table,
                        model_configs=[str(p) for p in model_configs or []], on_progress=on_progress,
-                       quality=thresholds if quality else None, quality_examples=quality_examples)
+                       quality=thresholds if quality else None, quality_examples=quality_examples, strict=strict)
     if json_out:
         emit_json(report.to_dict())
     else:

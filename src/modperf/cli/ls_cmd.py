@@ -51,6 +51,11 @@ def ls_command(
             note.append(f"reuses {e['reused_from']}")
         if e["shadowed_by_reuse"]:
             note.append("shadowed by reuse.yaml")
+        misplaced = e.get("misplaced")
+        if misplaced and misplaced["served_as"] and e["backend"] == misplaced["library"]:
+            note.append(f"served from {misplaced['folder']}/ (misplaced)")
+        elif misplaced and misplaced["recorded_versions"] and not misplaced["served_as"]:
+            note.append(f"misplaced {misplaced['library']} table: not served (see `modperf check`)")
         if e.get("model_head_axis") and not e.get("has_num_heads"):
             note.append("no num_heads (legacy)")
         if e.get("error"):

@@ -131,6 +131,18 @@ class KeyedTable:
             index = self._index = {k: i for i, k in enumerate(self.bucket_keys)}
         return index.get(key)
 
+    def point_latencies(self) -> dict[tuple[Any, ...], float]:
+        """Every point's latency by its full key (bucket key, then axis values): for comparing
+        two files that measure the same table point by point."""
+        names = tuple(self.axes)
+        out: dict[tuple[Any, ...], float] = {}
+        for b, key in enumerate(self.bucket_keys):
+            lo, hi = int(self.offsets[b]), int(self.offsets[b + 1])
+            columns = [self.axes[a][lo:hi].tolist() for a in names]
+            for i, latency in enumerate(self.latency[lo:hi].tolist()):
+                out[(*key, *(c[i] for c in columns))] = latency
+        return out
+
     def bucket(self, b: int) -> dict[str, Any]:
         """One bucket as plain data: its key, natives and models, and its points."""
         lo, hi = int(self.offsets[b]), int(self.offsets[b + 1])

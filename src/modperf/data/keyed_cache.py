@@ -75,6 +75,7 @@ from ..fast.cache_keys import (
     PLANS_FOLDER,
     cache_folder,
     enabled,
+    package_sources,
     source_digest,
     source_identity,
 )
@@ -117,8 +118,9 @@ def cache_dir() -> Path:
 # --- identity ---------------------------------------------------------------------------------
 
 #: Modules whose code decides what a keyed table holds (besides every family declaration).
-_PIPELINE = ("reader.py", "validate.py", "conventions.py", "buckets.py", "keyed_guards.py", "codes.py",
-             "models.py", "limits.py", "cache.py", "_meta.py")
+_PIPELINE = ("data/reader.py", "data/validate.py", "data/conventions.py", "data/buckets.py", "data/keyed_guards.py",
+             "data/codes.py", "specs/models.py", "base/limits.py", "data/keyed_cache.py", "base/meta.py",
+             "data/families")
 
 
 @functools.cache
@@ -126,9 +128,7 @@ def pipeline_fingerprint() -> str:
     """A digest of modperf's version and the source of the keying pipeline and of every family
     declaration: a change to any of them (an edited declaration, another release) makes every
     entry a miss."""
-    here = Path(__file__).resolve().parent
-    return source_digest(f"{__version__}\0{FORMAT}\0", [here / n for n in _PIPELINE]
-                         + sorted((here / "families").glob("*.py")))
+    return source_digest(f"{__version__}\0{FORMAT}\0", package_sources(*_PIPELINE))
 
 
 def registry_fingerprint(models: ModelRegistry) -> str:
@@ -445,16 +445,15 @@ GRID_MAGIC = b"MODPERF-GRID\x00\x00\x00\x01"
 GRID_SUFFIX = ".mpg"
 #: Modules whose code decides what a grid holds, beside the keying pipeline (its lattice and
 #: fill, the roofline it extrapolates with, and the choice of a group's points).
-_GRID_CODE = ("interp.py", "roofline.py", "query.py")
+_GRID_CODE = ("query/interp.py", "specs/roofline.py", "query/engine.py")
 
 
 @functools.cache
 def grid_fingerprint() -> str:
     """A digest of the keying pipeline's fingerprint, numpy's version (the fill's arithmetic)
     and the source of the modules that build grids."""
-    here = Path(__file__).resolve().parent
     return source_digest(f"{pipeline_fingerprint()}\0{GRID_FORMAT}\0{np.__version__}\0",
-                         [here / n for n in _GRID_CODE])
+                         package_sources(*_GRID_CODE))
 
 
 def _home(folder: Path, identity: dict[str, Any]) -> tuple[str, str]:

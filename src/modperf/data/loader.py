@@ -340,6 +340,19 @@ class TableStore:
                 f"no {table} table for system={system} backend={backend} version={version} in the readable part "
                 f"of {self.catalog.root}; {len(unreadable)} part(s) could not be read (first: {first.detail}, "
                 f"{first.file})", values=values, fix=first.fix)
+        filed = next((r for r in self.catalog.files
+                      if r.misplaced is not None and r.slot == (system, backend, version, table)), None)
+        if filed is not None:  # a library table in that framework folder: say where it is served, or why not
+            assert filed.misplaced is not None
+            placed = filed.misplaced
+            where = (f"it is served as {placed.served_as} (the release its rows record)" if placed.served_as else
+                     f"its release's own file {placed.held_by} answers that release" if placed.held_by else
+                     "other misplaced files record the same release, so none is served")
+            return E.UnknownTableError(
+                f"no {table} table for system={system} backend={backend} version={version}: the {table} table "
+                f"filed in that folder is read as a {placed.library} release, and {where}", file=filed.path,
+                values=values,
+                fix=f"ask backend={placed.library} version={placed.release}, or run `modperf check {filed.path}`")
         if not any(r.table == table for r in slots):
             near = difflib.get_close_matches(table, sorted({r.table for r in slots}), n=3)
             return E.UnknownTableError(

@@ -2,13 +2,16 @@
 one thing should not list ~900 folders and parse every ``reuse.yaml`` first).
 
 **What is kept.** One file per data root (``<cache folder>/catalogs/<digest>.mpc``): the
-version folders the scan found (their table files and reuse declarations) and what that
-depended on: every folder it listed, with the ``stat`` taken *before* listing it (device,
-inode, mode, ``mtime_ns``, ``ctime_ns``), and a digest of the bytes of every ``reuse.yaml`` it
-parsed.
+version folders the scan found (their table files, reuse declarations and the releases that a
+library table filed in a framework folder records) and what that depended on: every folder it
+listed, with the ``stat`` taken *before* listing it (device, inode, mode, ``mtime_ns``,
+``ctime_ns``), a digest of the bytes of every ``reuse.yaml`` it parsed, and the identity (size,
+``mtime_ns``, footer digest) of every table file whose rows it read, taken before reading.
 
 **Never stale.** A later process uses the record only when every one of those folders still
-stats the same and every ``reuse.yaml`` still holds the same bytes; otherwise it scans again.
+stats the same, every ``reuse.yaml`` still holds the same bytes and every table file read has
+the same identity; otherwise it scans again (so where a misplaced library table is served
+follows its file, its release's folder and every other claimant).
 A folder's mtime and ctime change whenever an entry is added, removed or renamed in it (and
 ctime on a permission change; neither can be put back: ``os.utime`` sets ctime to now), and
 every part of the catalog but the sidecars comes from folder listings. What a listing cannot
@@ -48,7 +51,14 @@ from ..base import atomic
 from ..base.errors import ModperfError
 from ..base.jsonio import dumps
 from ..base.meta import __version__
-from ..fast.cache_keys import content_digest, embedded_systems_dir, scan_unchanged
+from ..fast.cache_keys import (
+    content_digest,
+    embedded_systems_dir,
+    package_sources,
+    scan_unchanged,
+    source_digest,
+    table_key,
+)
 from ..specs.roofline import known_document, spec_document
 from . import keyed_cache
 from .catalog import Catalog, Reuse, VersionFolder, resolve_data_root, scan_folders
@@ -64,13 +74,13 @@ RACY_NS = 2_000_000_000
 MAX_RECORDS = 32
 _DIGEST = 32
 #: The code whose behaviour a record stands for.
-_SOURCES = ("catalog.py", "scan_cache.py", "atomic.py", "limits.py", "roofline.py", "jsonio.py", "_meta.py")
+_SOURCES = ("data/catalog.py", "data/scan_cache.py", "fast/cache_keys.py", "data/footer.py", "data/reader.py",
+            "base/atomic.py", "base/limits.py", "specs/roofline.py", "base/jsonio.py", "base/meta.py")
 
 
 @functools.cache
 def code_fingerprint() -> str:
-    here = Path(__file__).resolve().parent
-    return keyed_cache.source_digest(f"{__version__}\0{FORMAT}\0", [here / n for n in _SOURCES])
+    return source_digest(f"{__version__}\0{FORMAT}\0", package_sources(*_SOURCES))
 
 
 def _sidecar_digest(data: bytes) -> str:
@@ -89,6 +99,7 @@ class Recorder:
         self.started_ns = time.time_ns()
         self.folders: list[tuple[str, list[int]]] = []
         self.sidecars: list[tuple[str, str]] = []
+        self.tables: list[tuple[str, list[Any]]] = []
         self.why_not: str | None = None
 
     def _relative(self, path: Path) -> str:
@@ -118,6 +129,15 @@ class Recorder:
 
     def untrusted(self, path: Path) -> None:
         self.why_not = self.why_not or f"{path} is a symbolic link or a temporary file"
+
+    def table(self, path: Path) -> None:
+        key = table_key(str(path))  # taken before the scan reads it, as a folder's stat before its listing
+        if key is None:
+            self.why_not = self.why_not or f"cannot read {path}"
+            return
+        if key[1] > self.started_ns - RACY_NS:
+            self.why_not = self.why_not or f"{path} changed just now"
+        self.tables.append((self._relative(path), key))
 
 
 # --- the record -------------------------------------------------------------------------------
@@ -188,17 +208,19 @@ def encode(catalog_folders: list[VersionFolder], recorder: Recorder, root: Path)
     for f in catalog_folders:
         versions.append([f.system, f.family_dir, f.backend, f.version,
                          sorted([stem, path.name] for stem, path in f.files.items()),
-                         sorted([stem, r.from_version, r.reason, r.approved_by] for stem, r in f.reuse.items())])
+                         sorted([stem, r.from_version, r.reason, r.approved_by] for stem, r in f.reuse.items()),
+                         sorted([stem, list(recorded)] for stem, recorded in f.releases.items())])
     documents = _spec_documents({f.system for f in catalog_folders})
     body = dumps({"identity": _identity(root), "folders": recorder.folders, "sidecars": recorder.sidecars,
-                  "versions": versions, "documents": documents}, separators=(",", ":")).encode()
+                  "tables": recorder.tables, "versions": versions, "documents": documents},
+                 separators=(",", ":")).encode()
     text = MAGIC + body
     return text + hashlib.blake2b(text, digest_size=_DIGEST).digest()
 
 
 def _current(doc: dict[str, Any], root: Path) -> bool:
-    """Whether a scan of ``root`` now would depend on the same folders and sidecars."""
-    return scan_unchanged(str(root), doc["folders"], doc["sidecars"])
+    """Whether a scan of ``root`` now would depend on the same folders, sidecars and tables."""
+    return scan_unchanged(str(root), doc["folders"], doc["sidecars"], doc["tables"])
 
 
 def decode(data: bytes, root: Path) -> Catalog | None:
@@ -212,16 +234,17 @@ def decode(data: bytes, root: Path) -> Catalog | None:
         return None
     folders = []
     backends: dict[tuple[str, str, str], Path] = {}  # the scan's paths, each parent built once
-    for system, family_dir, backend, version, files, reuse in doc["versions"]:
+    for system, family_dir, backend, version, files, reuse, releases in doc["versions"]:
         parent = backends.get((system, family_dir, backend))
         if parent is None:
             parent = backends[system, family_dir, backend] = root / system / family_dir / backend
         path = parent / version
         folders.append(VersionFolder(path, system, family_dir, backend, version,
                                      files={stem: path / name for stem, name in files},
-                                     reuse={stem: Reuse(*r) for stem, *r in reuse}))
+                                     reuse={stem: Reuse(*r) for stem, *r in reuse},
+                                     releases={stem: tuple(recorded) for stem, recorded in releases}))
     catalog = Catalog.of_folders(root, folders, [])
-    catalog.watched = (doc["folders"], doc["sidecars"])
+    catalog.watched = (doc["folders"], doc["sidecars"], doc["tables"])
     _hand_over_documents(doc["documents"])
     return catalog
 
@@ -257,7 +280,7 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
     catalog = Catalog.of_folders(root_path, folders, problems)
     if recorder.why_not is None and not catalog.problems:
         if store(entry, encode(folders, recorder, root_path)):
-            catalog.watched = (recorder.folders, recorder.sidecars)
+            catalog.watched = (recorder.folders, recorder.sidecars, recorder.tables)
     elif data is not None:  # a record that no longer holds: not read again by every process
         with contextlib.suppress(OSError):
             entry.unlink()

@@ -57,13 +57,33 @@ def enabled(requested: bool | None = None) -> bool:
     return os.environ.get(NO_CACHE_ENV, "").strip() in ("", "0")
 
 
+#: modperf's package folder: code fingerprints name its source files relative to it.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def package_sources(*names: str, skip: Sequence[str] = ()) -> list[str]:
+    """modperf's source files ``names`` (relative to the package folder): a ``.py`` file as
+    named, a folder as every ``.py`` file under it (in name order, ``skip`` folders left out)."""
+    files: list[str] = []
+    for name in names:
+        path = os.path.join(PACKAGE_DIR, name)
+        if not os.path.isdir(path):
+            files.append(path)
+            continue
+        for folder, dirs, found in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and d not in skip)
+            files += [os.path.join(folder, n) for n in sorted(found) if n.endswith(".py")]
+    return files
+
+
 def source_digest(prefix: str, files: Sequence[str | os.PathLike[str]]) -> str:
-    """A digest of ``prefix`` and the name and bytes of each source file (a file that cannot
-    be read counts as such): what a cached thing's code fingerprint is made of."""
+    """A digest of ``prefix`` and the name (relative to the package folder) and bytes of each
+    source file (a file that cannot be read counts as such): what a cached thing's code
+    fingerprint is made of (:func:`package_sources` lists the files)."""
     h = blake2b(digest_size=16)
     h.update(prefix.encode())
     for path in files:
-        h.update(os.path.basename(path).encode() + b"\0")
+        h.update(os.path.relpath(path, PACKAGE_DIR).encode() + b"\0")
         try:
             with open(path, "rb") as f:
                 h.update(f.read())
@@ -119,10 +139,12 @@ def source_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return {"path": os.path.realpath(path), "size": size, "mtime_ns": st.st_mtime_ns, "content": h.hexdigest()}
 
 
-def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any]) -> bool:
-    """Whether a scan of ``root`` now would depend on the same folders and sidecars: every
-    folder (relative to the root) stats the same (device, inode, mode, ``mtime_ns``,
-    ``ctime_ns``) and every ``reuse.yaml`` holds bytes of the same digest
+def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any], tables: Sequence[Any] = ()) -> bool:
+    """Whether a scan of ``root`` now would depend on the same folders, sidecars and table
+    contents: every folder (relative to the root) stats the same (device, inode, mode,
+    ``mtime_ns``, ``ctime_ns``), every ``reuse.yaml`` holds bytes of the same digest, and every
+    table file whose rows the scan read (a library table in a framework folder: the release it
+    records) has the same size, ``mtime_ns`` and footer digest (:func:`source_identity`)
     (:mod:`modperf.data.scan_cache`'s rule, which :mod:`modperf.fast.plans` keeps too)."""
     join = os.path.join
     try:
@@ -134,9 +156,19 @@ def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any]) -
             with open(join(root, rel), "rb") as f:
                 if content_digest(f.read()) != digest:
                     return False
+        for rel, key in tables:
+            if table_key(join(root, rel)) != list(key):
+                return False
     except (OSError, TypeError, ValueError):
         return False
     return True
+
+
+def table_key(path: str) -> list[Any] | None:
+    """[size, mtime_ns, content digest] of a table file (:func:`source_identity`); None when it
+    cannot be read."""
+    identity = source_identity(path)
+    return None if identity is None else [identity["size"], identity["mtime_ns"], identity["content"]]
 
 
 _BASE: list[str | None] = []
@@ -207,7 +239,29 @@ def embedded_model_configs() -> Path:
     return _embedded_folder(EMBEDDED_CONFIGS)
 
 
-__all__ = ["CACHE_DIR_ENV", "DATA_PACKAGE", "DATA_ROOT_ENV", "EMBEDDED_CONFIGS", "EMBEDDED_DATA", "EMBEDDED_SYSTEMS",
-           "MODEL_CONFIGS_ENV", "NO_CACHE_ENV", "blake2b", "cache_folder", "config_folders", "content_digest",
-           "distribution_base", "embedded_data_root", "embedded_model_configs",
-           "embedded_systems_dir", "enabled", "is_digits", "scan_unchanged", "source_digest", "source_identity"]
+__all__ = [
+    "CACHE_DIR_ENV",
+    "DATA_PACKAGE",
+    "DATA_ROOT_ENV",
+    "EMBEDDED_CONFIGS",
+    "EMBEDDED_DATA",
+    "EMBEDDED_SYSTEMS",
+    "MODEL_CONFIGS_ENV",
+    "NO_CACHE_ENV",
+    "PACKAGE_DIR",
+    "blake2b",
+    "cache_folder",
+    "config_folders",
+    "content_digest",
+    "distribution_base",
+    "embedded_data_root",
+    "embedded_model_configs",
+    "embedded_systems_dir",
+    "enabled",
+    "is_digits",
+    "package_sources",
+    "scan_unchanged",
+    "source_digest",
+    "source_identity",
+    "table_key",
+]

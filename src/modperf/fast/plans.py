@@ -22,9 +22,10 @@ type) means the engine answers, as without this module:
 * the file is whole (its digest), of this format, this Python's ``marshal``, and modperf's code
   (a digest of every module of the package but the CLI);
 * numpy's version file holds the same bytes (grids are numpy's arithmetic);
-* the data root's catalog: every folder the scan listed stats the same and every
-  ``reuse.yaml`` holds the same bytes (the rule of :mod:`modperf.data.scan_cache`, whose record the
-  plan was resolved under; kept once per scan in ``plans/scan-<digest>.mpd``);
+* the data root's catalog: every folder the scan listed stats the same, every ``reuse.yaml``
+  holds the same bytes and every table file whose rows the scan read (a misplaced library
+  table: where it is served) has the same identity (the rule of :mod:`modperf.data.scan_cache`,
+  whose record the plan was resolved under; kept once per scan in ``plans/scan-<digest>.mpd``);
 * the model configs: every file in the config folders has the same name, size and mtime;
 * every table file the plan was resolved from (the slot's file, any version the default
   version looked at, and where it keeps quality notes the files they compare with) has the
@@ -69,7 +70,9 @@ from .cache_keys import (
     content_digest,
     distribution_base,
     is_digits,
+    package_sources,
     scan_unchanged,
+    source_digest,
     source_identity,
 )
 from .lattice import Lattice
@@ -133,19 +136,8 @@ def code_fingerprint() -> str:
     """A digest of modperf's version, this Python's ``marshal`` and every module of the package
     but the command line: any change to the code that resolves, keys, fills or answers makes
     every plan a miss."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    files = []
-    for folder, dirs, names in os.walk(here):
-        dirs[:] = sorted(d for d in dirs if d not in _NOT_ANSWERING)
-        files += [os.path.join(folder, n) for n in sorted(names) if n.endswith(".py")]
-    h = blake2b(digest_size=16)
-    h.update(f"{__version__}\0{FORMAT}\0{sys.version}\0{marshal.version}\0".encode())
-    for path in files:
-        h.update(os.path.relpath(path, here).encode() + b"\0")
-        with open(path, "rb") as f:
-            h.update(f.read())
-        h.update(b"\0")
-    return h.hexdigest()
+    return source_digest(f"{__version__}\0{FORMAT}\0{sys.version}\0{marshal.version}\0",
+                         package_sources("", skip=_NOT_ANSWERING))
 
 
 def numpy_fingerprint() -> str | None:
@@ -196,10 +188,10 @@ def scan_current(depends: Any, root: str) -> bool:
     """Whether a remembered scan's folders and ``reuse.yaml`` files are as they were
     (:func:`modperf.fast.cache_keys.scan_unchanged`)."""
     try:
-        scan_root, folders, sidecars = depends
+        scan_root, folders, sidecars, tables = depends
     except (TypeError, ValueError):
         return False
-    return scan_root == root and scan_unchanged(root, folders, sidecars)
+    return scan_root == root and scan_unchanged(root, folders, sidecars, tables)
 
 
 def file_digest(path: str | None) -> str | None:
@@ -411,7 +403,7 @@ class PlanStore:
         """Write ``plan`` (the engine's, after its first answer) for the next process; False
         where it cannot hold (module doc: what it needs) or cannot be written. ``tables``: the
         keyed tables its resolution (and quality notes) loaded, None for one that failed;
-        ``watched``: (folders, sidecars) of the catalog scan's record."""
+        ``watched``: (folders, sidecars, tables read) of the catalog scan's record."""
         try:
             return self._persist(fields, plan, tables, quality, watched, axis_names, spec_path)
         except Exception as exc:  # a plan that cannot be written is no plan, never an error
@@ -441,7 +433,8 @@ class PlanStore:
         found = self._load(names, key)  # a plan that holds is this one: not written again
         if found is not None and (quality == "unknown" or found.quality == quality):
             return True
-        depends = (self.root, [(rel, list(st)) for rel, st in watched[0]], [(rel, d) for rel, d in watched[1]])
+        depends = (self.root, [(rel, list(st)) for rel, st in watched[0]], [(rel, d) for rel, d in watched[1]],
+                   [(rel, list(key)) for rel, key in watched[2]])
         scan = _digest_text(depends)
         scan_file = os.path.join(self.folder, SCAN_PREFIX + scan + DEPENDS_SUFFIX)
         if not _same(_read(scan_file), depends):

@@ -177,6 +177,9 @@ class StepCost:
     ops: list[OpCost]
     versions: dict[str, str]
     notes: list[str]
+    #: Of ``notes``, those saying that a table was served from the framework folder it was filed
+    #: in (a misplaced library table): what every answer priced with it carries (predict).
+    served_from: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
@@ -445,6 +448,7 @@ class _Pricer:
         self.db = plan.db
         self.ops: list[OpCost] = []
         self.notes: list[str] = []
+        self.served_from: list[str] = []
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -474,9 +478,20 @@ class _Pricer:
                 break  # the key is resolved; this point (or this kernel) is what misses
         return fixed, kernels
 
-    def ask(self, table: str, fields: Mapping[str, Any], *, backend: str | None = None, version: str | None = None,
-            kernels: Callable[[str], bool] | None = None, kernel_class: str = "",
-            prefer: Mapping[str, Callable[[Any], bool]] | None = None) -> Answer:
+    def ask(self, table: str, fields: Mapping[str, Any], **kw: Any) -> Answer:
+        """One op's answer (:meth:`_ask`); where it comes from a library table served from the
+        framework folder it was filed in, the step's notes say so (once)."""
+        answer = self._ask(table, fields, **kw)
+        if answer.notes:  # (the served file's note is among them: only then is the slot looked up)
+            misplaced = self.db.ref(answer.system, answer.backend, answer.version, answer.table).misplaced
+            if misplaced is not None and misplaced.note not in self.served_from:
+                self.notes.append(misplaced.note)
+                self.served_from.append(misplaced.note)
+        return answer
+
+    def _ask(self, table: str, fields: Mapping[str, Any], *, backend: str | None = None, version: str | None = None,
+             kernels: Callable[[str], bool] | None = None, kernel_class: str = "",
+             prefer: Mapping[str, Callable[[Any], bool]] | None = None) -> Answer:
         plan = self.plan
         backend = backend or plan.backend
         if version is None:
@@ -899,7 +914,7 @@ def step_cost(db: Database, *, model: str, system: str, backend: str, parallel: 
         if op.table is not None and op.version is not None:
             versions.setdefault(op.table, op.version)  # nccl / oneccl tables live under their library only
     return StepCost(plan.model, system, backend, parallel, prefill, decode, pricer.ops, versions,
-                    [*plan.notes, *pricer.notes])
+                    [*plan.notes, *pricer.notes], pricer.served_from)
 
 
 # --- estimate --scope model -----------------------------------------------------------------

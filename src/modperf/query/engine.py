@@ -989,6 +989,8 @@ class QueryEngine:
         resolved_fields.update({k: v for k, v in resolved.items() if k not in resolved_fields})
         if version_note is not None:
             notes.insert(0, version_note)
+        if ref.misplaced is not None:  # a library table served from a framework folder: where it lies
+            notes.append(ref.misplaced.note)
         template = Answer(
             math.nan, "", table, system, backend, version, used_native if keys_native else None,
             local if local is not None else -1, (), (str(ref.path),), models, resolved_fields,

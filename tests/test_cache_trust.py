@@ -9,6 +9,7 @@ it (a child process); every test keeps its cache in its own tmp folder (``cache_
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -375,3 +376,48 @@ def test_cache_info_says_whether_the_cache_is_on_and_why_not(cache_dir: Path, mo
     assert error["message"] == (f"{cache_dir}: the cache folder is not used, so nothing was removed: {problem}. Fix: "
                                 "fix the folder as said, then clear it, or remove it yourself")
     assert files_of(cache_dir) == before
+
+
+# --- the formats load plain data ----------------------------------------------------------------
+
+
+def test_a_plan_holding_anything_but_plain_values_is_not_used(cache_dir: Path, real: float) -> None:
+    ask()
+    plan = plan_file(cache_dir)
+    doc = plans._unframe(plan.read_bytes())
+    assert type(doc) is dict and plans.plain(doc)
+    code = compile("1", "forged", "eval")  # marshal builds code objects (never called; still not plain)
+    for odd in (code, b"bytes", frozenset({1}), 1j):
+        assert plans._unframe(plans._frame({**doc, "echoed": odd})) is None
+    lattice = list(doc["lattice"])
+    lattice[Lattice.PLAIN.index("lat_py")] = [*lattice[Lattice.PLAIN.index("lat_py")][:-1], code]
+    assert plans._unframe(plans._frame({**doc, "lattice": tuple(lattice)})) is None
+    assert doc["template"]["reuse_reason"] is None
+    plan.write_bytes(plans._frame({**doc, "template": {**doc["template"], "reuse_reason": code}}))  # (it is printed)
+    answer, err = ask()
+    assert (answer["latency_ms"], answer["kind"], answer["reuse_reason"], err) == (real, "exact", None, "")
+
+
+def test_an_entry_array_of_any_dtype_but_numbers_is_not_read(cache_dir: Path, real: float) -> None:
+    answer, _ = ask()
+    entry = entry_of(cache_dir, answer["files"][0])
+    data = entry.read_bytes()
+    magic, length = cache.MAGIC, cache._LEN
+    (n,) = length.unpack_from(data, len(magic))
+    start = len(magic) + length.size
+    header = json.loads(data[start:start + n])
+    body = data[start + n + (-(start + n) % 64):-32]  # the arrays, as they lie
+    for row in header["arrays"]:
+        if row[0] == "latency":
+            assert row[1] == "<f8"
+            row[1] = "|O8"  # numpy objects: 8-byte pointers
+    text = json.dumps(header, separators=(",", ":")).encode()
+    head = magic + length.pack(len(text)) + text
+    forged = head + b"\0" * (-len(head) % 64) + body
+    forged += hashlib.blake2b(forged, digest_size=32).digest()  # (unkeyed: anyone can frame one)
+    with pytest.raises(ValueError, match="array 'latency' of dtype '\\|O8': not numbers"):
+        cache._unframe(bytearray(forged), magic)
+    entry.write_bytes(forged)
+    only_the_entries(cache_dir)
+    again, err = ask()
+    assert (again["latency_ms"], again["kind"], err) == (real, "exact", "")

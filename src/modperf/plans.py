@@ -102,6 +102,7 @@ _KEY_TYPES = (str, int, float, bool, type(None))
 #: Package folders whose modules do not decide an answer (the command line parses and prints).
 _NOT_ANSWERING = ("cli", "__pycache__")
 _SCALARS = frozenset(_KEY_TYPES)
+_NUMBERS = (int, float)
 
 
 # --- reading and writing one file ------------------------------------------------------------
@@ -133,17 +134,17 @@ def _unframe(data: bytes | bytearray) -> Any:
 def plain(value: Any) -> bool:
     """Whether ``value`` is plain data throughout: None, bools, ints, floats and strings in
     tuples, lists and dicts (marshal can also build code objects, bytes, sets and complex
-    numbers: none is in a plan). A sequence of numbers is judged by adding it up (in C: one
-    item that is not an int or a float fails the sum or makes it complex): a plan's lattice
-    holds thousands."""
+    numbers: none is in a plan). A sequence of numbers is judged by adding it up (in C, a few
+    nanoseconds an item: one that is not an int or a float fails the sum or makes it
+    complex): a plan's lattice holds tens of thousands."""
     kind = type(value)
     if kind in _SCALARS:
         return True
     if kind is list or kind is tuple:
         try:
-            if type(sum(value, 0.0)) is float:
+            if type(sum(value)) in _NUMBERS:
                 return True
-        except (TypeError, OverflowError):
+        except (TypeError, OverflowError):  # (an int too large for a float beside a float: judged item by item)
             pass
         return all(type(v) in _SCALARS or plain(v) for v in value)
     if kind is dict:

@@ -388,10 +388,12 @@ def test_a_plan_holding_anything_but_plain_values_is_not_used(cache_dir: Path, r
     assert type(doc) is dict and plans.plain(doc)
     code = compile("1", "forged", "eval")  # marshal builds code objects (never called; still not plain)
     for odd in (code, b"bytes", frozenset({1}), 1j):
-        assert plans._unframe(plans._frame({**doc, "echoed": odd})) is None
+        loaded = plans._unframe(plans._frame({**doc, "echoed": odd}))
+        assert type(loaded["echoed"]) is type(odd) and not plans.plain(loaded)  # marshal builds it: not plain
     lattice = list(doc["lattice"])
     lattice[Lattice.PLAIN.index("lat_py")] = [*lattice[Lattice.PLAIN.index("lat_py")][:-1], code]
-    assert plans._unframe(plans._frame({**doc, "lattice": tuple(lattice)})) is None
+    assert not plans.plain(plans._unframe(plans._frame({**doc, "lattice": tuple(lattice)})))
+    assert plans.plain([10**400, 1.0, True, None, "x", (1, [2.5])])
     assert doc["template"]["reuse_reason"] is None
     plan.write_bytes(plans._frame({**doc, "template": {**doc["template"], "reuse_reason": code}}))  # (it is printed)
     answer, err = ask()

@@ -40,6 +40,8 @@ write, and a file only when the opened file is the user's and no one else can wr
 crafted input, so the ownership rule is what keeps a forged plan out. What ``marshal`` gives
 back is a builtin value; a plan is used only when every part of it is plain (None, bools,
 ints, floats, strings, tuples, lists, dicts: :func:`plain`), so nothing it holds is code.
+(Its dependency files are only compared with what is found now: a value of another type
+there is a mismatch.)
 
 **What a plan answers.** A point whose axis values are plain ints inside their ranges and
 inside the grid's measured range: a measured cell, a blend between cells, a filled cell. A
@@ -114,20 +116,15 @@ def _frame(value: Any) -> bytes:
 
 
 def _unframe(data: bytes | bytearray) -> Any:
-    """The value of a whole, unaltered file of this format where it is plain data; None
-    otherwise."""
+    """The value of a whole, unaltered file of this format; None otherwise."""
     if len(data) < len(MAGIC) + _DIGEST or not data.startswith(MAGIC):
         return None
     view = memoryview(data)
     if blake2b(view[:-_DIGEST], digest_size=_DIGEST).digest() != view[-_DIGEST:]:
         return None
     try:
-        value = marshal.loads(view[len(MAGIC):-_DIGEST])
+        return marshal.loads(view[len(MAGIC):-_DIGEST])
     except (ValueError, EOFError, TypeError):
-        return None
-    try:
-        return value if plain(value) else None
-    except RecursionError:  # (nested deeper than any plan)
         return None
 
 
@@ -400,13 +397,13 @@ class PlanStore:
             return None
         try:
             if doc["identity"] != (FORMAT, self.code(), self._where, self.config_folders, names, key) \
-                    or not self._holds(doc):
+                    or not plain(doc) or not self._holds(doc):
                 return None
             template = object.__new__(Answer)
             template.__dict__.update(doc["template"])
             plan = StoredPlan(template, doc["axis_checks"], doc["echoed"], Lattice.from_plain(doc["lattice"]),
                               doc["extrapolation_model"], doc["local"], doc["quality"], doc["quality_found"])
-        except (KeyError, TypeError, ValueError, IndexError):
+        except (KeyError, TypeError, ValueError, IndexError, RecursionError):  # (plain: nested past any plan)
             return None
         try:  # noqa: SIM105  (contextlib: a module more for a cold process)
             os.utime(path)  # used now: the cache's size bound removes the files used longest ago

@@ -251,6 +251,16 @@ def _link_new(temp: Path, target: Path) -> None:
     temp.unlink()
 
 
+def _set_mode(fd: int, path: Path, mode: int) -> None:
+    """A new file's mode, set on its open descriptor (never through its name, which someone
+    could have swapped for a link meanwhile); by name only where there is no ``fchmod``."""
+    fchmod = getattr(os, "fchmod", None)
+    if fchmod is not None:
+        fchmod(fd, mode)
+    else:  # pragma: no cover  (no fchmod: not POSIX)
+        os.chmod(path, mode)
+
+
 def stage(
     target: Path,
     write: Callable[[BinaryIO], None],
@@ -287,7 +297,7 @@ def stage(
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), _mode_for(target) if mode is None else mode)  # (the descriptor, not the name)
+            _set_mode(handle.fileno(), temp, _mode_for(target) if mode is None else mode)
         if verify is not None:
             verify(temp)
     except BaseException as exc:

@@ -259,7 +259,11 @@ def make_folder(path: str | os.PathLike[str]) -> None:
     if uid is None:
         return
     st = os.lstat(path)
-    found = f"{path} is a symbolic link" if stat.S_ISLNK(st.st_mode) else _judge(path, st, uid, inside=True)
+    found = None
+    if stat.S_ISLNK(st.st_mode):  # (a cache folder the user links elsewhere: judged where it leads)
+        found = None if st.st_uid in (uid, 0) else f"{path} is a symbolic link owned by another user"
+        st = os.stat(path)
+    found = found or _judge(path, st, uid, inside=True)
     if found:
         raise PermissionError(f"not used: {found}")
 

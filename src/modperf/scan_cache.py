@@ -30,8 +30,10 @@ only while the file still holds that text (read and compared once per process), 
 YAML parser; a changed file is parsed as always.
 
 Failures degrade like the keyed-table cache (:mod:`modperf.cache`): a record that cannot be
-read is a scan, one that cannot be written is a note. The cache's switches turn this off too
-(``cache=False``, ``--no-cache``, ``MODPERF_NO_CACHE``).
+read is a scan, one that cannot be written is a note. A record is read only from a trusted
+cache folder and only when the opened file is the user's and no one else can write it, and is
+written as the cache's files are (:mod:`modperf.cache_trust`); it is JSON (plain data). The
+cache's switches turn this off too (``cache=False``, ``--no-cache``, ``MODPERF_NO_CACHE``).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ from typing import Any, BinaryIO
 from . import atomic
 from . import cache as keyed_cache
 from ._meta import __version__
-from .cache_keys import content_digest, scan_unchanged, table_key
+from .cache_keys import CATALOGS_FOLDER, content_digest, scan_unchanged, table_key
+from .cache_trust import make_folder, read_owned
 from .catalog import Catalog, Reuse, VersionFolder, embedded_systems_dir, resolve_data_root, scan_folders
 from .errors import ModperfError
 from .jsonio import dumps
@@ -59,7 +62,7 @@ from .roofline import known_document, spec_document
 FORMAT = 1
 MAGIC = b"MODPERF-CATALOG\x01"
 SUFFIX = ".mpc"
-FOLDER = "catalogs"
+FOLDER = CATALOGS_FOLDER
 #: A record is not written while a folder it lists changed this recently (nanoseconds): a change
 #: within one timestamp tick of the scan would leave the folder's times as the record holds them.
 RACY_NS = 2_000_000_000
@@ -217,7 +220,7 @@ def _current(doc: dict[str, Any], root: Path) -> bool:
     return scan_unchanged(str(root), doc["folders"], doc["sidecars"], doc["tables"])
 
 
-def decode(data: bytes, root: Path) -> Catalog | None:
+def decode(data: bytes | bytearray, root: Path) -> Catalog | None:
     """The catalog a record holds, when the record is whole, of this code and still current."""
     if len(data) < len(MAGIC) + _DIGEST or not data.startswith(MAGIC):
         return None
@@ -255,10 +258,7 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
     except Exception as exc:  # no cache folder (no home folder to put it in): a plain scan
         keyed_cache._note(f"catalog scan not recorded: {exc}")
         return Catalog.scan(root_path)
-    try:
-        data = entry.read_bytes()
-    except OSError:
-        data = None
+    data = read_owned(entry)
     if data is not None:
         try:
             found = decode(data, root_path)
@@ -283,12 +283,12 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
 
 def store(entry: Path, data: bytes) -> bool:
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(entry.parent)
 
         def write(handle: BinaryIO) -> None:
             handle.write(data)
 
-        atomic.write_atomically(entry, write, overwrite=True)
+        atomic.write_atomically(entry, write, overwrite=True, mode=0o600)
         _evict(entry.parent, keep=entry)
         return True
     except Exception as exc:  # a record that cannot be written is no record, never an error
@@ -334,9 +334,10 @@ def records(cache_folder: Path) -> list[Record]:
     """The scan records in a cache folder (``modperf cache info``)."""
     out = []
     for path in _record_files(cache_folder / FOLDER):
-        try:
-            data = path.read_bytes()
-        except OSError:
+        data = read_owned(path)
+        if data is None:  # (not the user's own file: listed, never read)
+            with contextlib.suppress(OSError):
+                out.append(Record(path, path.stat().st_size, None))
             continue
         root = None
         if data.startswith(MAGIC) and len(data) > len(MAGIC) + _DIGEST:

@@ -33,7 +33,7 @@ import modperf  # noqa: E402
 CHILD = r"""
 import io, json, statistics, sys, time
 import modperf
-from modperf import batch
+from modperf.fast import batch
 from modperf.fast.batch import read_lines, run_chunks
 from modperf.query.lines import LineAnswerer
 

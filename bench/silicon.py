@@ -381,7 +381,6 @@ def main() -> int:
         constants = {"agg": {}, "disagg": Constants()}
     else:
         from modperf import serving_constants as sc
-
         constants = {"agg": sc.AGG, "disagg": sc.DISAGG or Constants()}
     for backend, c in sorted(constants["agg"].items()):
         print(f"  agg {backend}: {c}")
@@ -406,7 +405,6 @@ def main() -> int:
         plot(args.plot, evaluation, preds)
     if args.tool:
         from modperf import serving_constants as sc
-
         fitted = {"agg": sc.AGG, "disagg": sc.DISAGG or Constants()}
         return versus_tool(args, sample, priced, predictions(sample, priced, fitted))
     return 0

@@ -17,7 +17,7 @@ from tests.helpers import run_main, strict_json
 
 import modperf
 from modperf import errors as E
-from modperf import loader
+from modperf.data import loader
 from modperf.fast.batch import LineTooLong, parse_line, read_lines, run_lines
 
 MLA = "07_latent_collision/wheel/gb300/mla/vllm/0.27.0/mla_context_module_perf.parquet"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import modperf
-from modperf import cache_keys
+from modperf.fast import cache_keys
 from modperf.fast.cache_keys import embedded_data_root
 
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modperf import errors as E
-from modperf import limits
+from modperf.base import limits
 from modperf.base.jsonio import dumps
 from modperf.specs.shard import divisors, local_heads, parse_tps, validate_tps
 

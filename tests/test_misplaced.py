@@ -22,8 +22,8 @@ from tests.helpers import REPO, run_cli, stored_latency
 
 import modperf
 from modperf import errors as E
-from modperf import scan_cache
 from modperf.audit.check import check
+from modperf.data import scan_cache
 from modperf.data.catalog import Catalog, embedded_data_root
 
 FRAMEWORK = ("b300_sxm", "comm", "trtllm", "1.3.0rc10")

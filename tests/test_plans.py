@@ -20,7 +20,8 @@ from tests.helpers import REPO, point_fields, run_cli
 from tests.test_cache import MLA, POINTS, _rewrite, answers, bits, copy_root
 
 import modperf
-from modperf import plans, scan_cache
+from modperf.data import scan_cache
+from modperf.fast import plans
 from modperf.query.interp import EXTRAPOLATED_CELL
 
 #: Tables of three families and both phases (exact, blended and filled points of each).
@@ -254,8 +255,7 @@ def test_another_numpy_or_code_is_a_miss(cache_dir: Path, root: Path, monkeypatc
 
 def test_a_changed_gpu_spec_file_is_a_miss(cache_dir: Path, root: Path, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from modperf import roofline
-
+    from modperf.specs import roofline
     spec = tmp_path / "h200_sxm.yaml"
     spec.write_bytes(roofline.spec_file("h200_sxm").read_bytes())  # type: ignore[union-attr]
     monkeypatch.setattr(roofline, "spec_file", lambda system, systems_dir=None: spec)

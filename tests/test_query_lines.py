@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.helpers import point_fields, run_cli
 
 import modperf
-from modperf import batch as batch_module
+from modperf.fast import batch as batch_module
 from modperf.fast.batch import read_lines, run_chunks, run_lines
 from modperf.query.lines import LineAnswerer
 

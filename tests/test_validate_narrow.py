@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from modperf import errors as E
-from modperf import validate
+from modperf.data import validate
 from modperf.data.buckets import KeyedTable, build_buckets
 from modperf.data.catalog import Catalog, TableRef, refs_for_paths
 from modperf.data.families import family_of

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from tests.helpers import replay, split_columns
 
 from modperf import errors as E
-from modperf import limits
 from modperf.audit.check import check
 from modperf.audit.writer import SIDECAR, open_writer
+from modperf.base import limits
 from modperf.base.atomic import temp_files
 from modperf.data.loader import load_table
 from modperf.specs.models import ModelRegistry

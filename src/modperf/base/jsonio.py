@@ -80,4 +80,44 @@ def dumps_as_is(obj: Any) -> str:
     return json.dumps(obj, allow_nan=False, default=_default)
 
 
-__all__ = ["dumps", "dumps_as_is", "dumps_small", "plain"]
+def tagged(value: Any) -> Any:
+    """``value`` made strict JSON losslessly (the persisted caches' headers): tuples, dicts with
+    any keys and non-finite floats are tagged so that :func:`untagged` gives them back as they
+    were; numpy scalars become Python numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"f": repr(value)}
+    if isinstance(value, tuple):
+        return {"t": [tagged(v) for v in value]}
+    if isinstance(value, list):
+        return [tagged(v) for v in value]
+    if isinstance(value, dict):
+        return {"d": [[tagged(k), tagged(v)] for k, v in value.items()]}
+    numpy_types = _numpy_types()
+    if numpy_types is not None and isinstance(value, numpy_types[1]):
+        np = sys.modules["numpy"]
+        if isinstance(value, np.integer):
+            return int(value)
+        if isinstance(value, np.floating):
+            return float(value)
+    return value
+
+
+def untagged(value: Any) -> Any:
+    """The value :func:`tagged` made JSON of."""
+    # (JSON scalars are taken as they are, without a call each: an entry's header holds
+    # thousands of them)
+    if isinstance(value, dict):
+        if "t" in value:
+            return tuple([v if type(v) in _SCALARS else untagged(v) for v in value["t"]])
+        if "f" in value:
+            return float(value["f"])
+        return {untagged(k): untagged(v) for k, v in value["d"]}
+    if isinstance(value, list):
+        return [v if type(v) in _SCALARS else untagged(v) for v in value]
+    return value
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+__all__ = ["dumps", "dumps_as_is", "dumps_small", "plain", "tagged", "untagged"]

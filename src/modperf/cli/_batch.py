@@ -103,7 +103,7 @@ def run_alone(args: list[str]) -> int | None:
         return None
     path, no_cache = found
     if no_cache:  # (what the application's --no-cache does)
-        from ..data.keyed_cache import NO_CACHE_ENV
+        from ..fast.cache_keys import NO_CACHE_ENV
 
         os.environ[NO_CACHE_ENV] = "1"
     from ..query.db import Database

@@ -1,4 +1,4 @@
-"""``modperf cache info|clear``: the persisted cache of keyed tables (modperf.data.keyed_cache)."""
+"""``modperf cache info|clear``: the persisted cache (modperf.data.cache_info)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..data import keyed_cache as cache
+from ..data import cache_info as cache
+from ..fast.cache_keys import CACHE_DIR_ENV
 from ._app import app
 from ._common import JsonOpt, console, emit_json, handles_errors
 
@@ -26,14 +27,20 @@ def _size(n: int) -> str:
 @cache_app.command("info")
 @handles_errors
 def info_command(json_out: JsonOpt = False) -> None:
-    """Where the cache is, its entries (the table file each keys) and their bytes."""
+    """Where the cache is, whether it is used (and why not), its entries (the table file each keys) and their bytes."""
     found = cache.info()
     if json_out:
         emit_json(found.to_dict())
         return
-    state = "on" if found.enabled else f"off ({cache.NO_CACHE_ENV} / --no-cache)"
-    console.print(f"cache: {escape(str(found.location))} ({state}; set {cache.CACHE_DIR_ENV} to move it)",
+    state = "on" if found.enabled else f"off: {found.off_reason}"
+    console.print(f"cache: {escape(str(found.location))} ({escape(state)}; set {CACHE_DIR_ENV} to move it)",
                   soft_wrap=True)
+    if found.trust_problem is not None:
+        console.print("not read, written or listed: only a folder tree that is yours and that no one else can write is "
+                      "used (docs/limits.md)", soft_wrap=True)
+        for note in found.notes:
+            console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
+        return
     grid = Table(title=f"{len(found.entries)} entries, {_size(found.bytes)}")
     for col in ("bytes", "rows", "table file", "entry"):
         grid.add_column(col, overflow="fold")

@@ -41,9 +41,18 @@ the keying pipeline's). A grid file is written only for a table that came from (
 its entry, without fsync: a file torn by a crash fails its digest and is rebuilt. Grid files
 are bounded apart from the entries, by the same size bound.
 
+**Only the user's own files.** The cache is used only where its folder tree is the user's and
+no one else can write it, and each file is read only when the opened file is the user's and no
+one else can write it (:mod:`modperf.fast.cache_trust`); otherwise the cache is off for the process,
+said once on stderr and by ``modperf cache info``. Entries are written as temporary files
+created exclusively without following a link (mode 0600) and renamed into place; folders are
+made 0700. A header is JSON and an array is read with ``numpy.frombuffer`` from a numeric
+dtype only (no object dtype, no pickle): an entry loads plain data.
+
 **Failures degrade.** A cache folder that cannot be created or written (read-only, full disk)
 or an entry that cannot be read means no cache for that table: the table is loaded from its
-file as without a cache, and :data:`notes` records why (``modperf cache info`` shows it).
+file as without a cache, and a note says why (:data:`modperf.fast.persist.NOTES`, ``modperf cache
+info``). Framing, reading, writing and the size bound are :mod:`modperf.fast.persist`'s.
 Nothing here raises past :func:`load_keyed` except the loader's own errors.
 """
 
@@ -53,62 +62,40 @@ import contextlib
 import functools
 import hashlib
 import json
-import math
 import os
 import struct
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..base import atomic
-from ..base.jsonio import dumps
+from ..base.jsonio import dumps, tagged, untagged
 from ..base.meta import __version__
+from ..fast import persist
 from ..fast.cache_keys import (
-    CACHE_DIR_ENV,
-    NO_CACHE_ENV,
-    PLAN_DEPENDS_SUFFIX,
-    PLAN_SUFFIX,
-    PLANS_FOLDER,
+    GRIDS_FOLDER,
     cache_folder,
-    enabled,
     package_sources,
     source_digest,
     source_identity,
 )
+from ..fast.cache_trust import open_owned, read_owned
 from .buckets import Agreement, BucketColumns, KeyedTable
 
 if TYPE_CHECKING:
     from ..specs.models import ModelRegistry
     from .catalog import TableRef
-    from .scan_cache import Record
 
-MAX_BYTES_ENV = "MODPERF_CACHE_MAX_BYTES"
-#: The cache's size bound: past it, the entries used longest ago are removed after each write
-#: (entries of an older modperf or another model-config set are never read again).
-DEFAULT_MAX_BYTES = 2 * 2**30
 #: The format of an entry; bumped when the layout changes (part of every entry's identity).
 FORMAT = 2  # 2: axes and source counts stored in their narrowest integer types
 MAGIC = b"MODPERF-KEYED\x00\x00\x02"
 SUFFIX = ".mpk"
-_DIGEST = 32
 _ALIGN = 64
 _LEN = struct.Struct("<Q")
-
-#: Why the cache was not used, most recent last (a short list: one line per distinct reason).
-notes: list[str] = []
-_notes_lock = threading.Lock()
-
-
-def _note(message: str) -> None:
-    with _notes_lock:
-        if message not in notes:
-            notes.append(message)
-            del notes[:-20]
-
+#: The kinds of dtype an array of an entry or a grid file may have (booleans and numbers:
+#: plain bytes, never objects).
+_ARRAY_KINDS = frozenset("biuf")
 
 def cache_dir() -> Path:
     """The cache folder (it may not exist yet; :func:`modperf.fast.cache_keys.cache_folder`)."""
@@ -152,41 +139,6 @@ def _entry_name(source: dict[str, Any], registry_fp: str) -> str:
 # --- encoding ---------------------------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
-    """Strict-JSON-ready (modperf.base.jsonio), losslessly: tuples, dicts with any keys and
-    non-finite floats are tagged so that they come back as they were."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return {"f": repr(value)}
-    if isinstance(value, tuple):
-        return {"t": [_plain(v) for v in value]}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {"d": [[_plain(k), _plain(v)] for k, v in value.items()]}
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value
-
-
-def _unplain(value: Any) -> Any:
-    # (JSON scalars are taken as they are, without a call each: an entry's header holds
-    # thousands of them)
-    if isinstance(value, dict):
-        if "t" in value:
-            return tuple([v if type(v) in _SCALARS else _unplain(v) for v in value["t"]])
-        if "f" in value:
-            return float(value["f"])
-        return {_unplain(k): _unplain(v) for k, v in value["d"]}
-    if isinstance(value, list):
-        return [v if type(v) in _SCALARS else _unplain(v) for v in value]
-    return value
-
-
-_SCALARS = frozenset((str, int, float, bool, type(None)))
-
-
 def _arrays(keyed: KeyedTable) -> dict[str, np.ndarray]:
     out = {"offsets": keyed.offsets, "latency": keyed.latency, "sources": keyed.sources,
            "bucket_native": keyed.bucket_native, "bucket_local": keyed.bucket_local}
@@ -202,7 +154,7 @@ def _arrays(keyed: KeyedTable) -> dict[str, np.ndarray]:
 
 def _meta(keyed: KeyedTable) -> dict[str, Any]:
     agreement = keyed.agreement
-    return _plain({
+    return tagged({
         "table": keyed.ref.table, "key_names": keyed.key_names, "axes": tuple(keyed.axes),
         "bucket_models": keyed.bucket_models, "model_native": keyed.model_native,
         "model_geometry": keyed.model_geometry, "rows_read": keyed.rows_read,
@@ -224,9 +176,9 @@ def encode(keyed: KeyedTable, identity: dict[str, Any]) -> list[bytes | memoryvi
 
 
 def _frame(magic: bytes, header_fields: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[bytes | memoryview]:
-    """The bytes of an entry or a grid file, in pieces: ``magic``, the header's length, the
-    JSON header (``header_fields`` and where each array lies), the arrays 64-byte aligned, and a
-    BLAKE2b digest of all of it."""
+    """The bytes of an entry or a grid file, in pieces (:func:`modperf.fast.persist.frame`):
+    ``magic``, the header's length, the JSON header (``header_fields`` and where each array
+    lies), the arrays 64-byte aligned (from the start of the file), and the digest."""
     layout = []
     contiguous = {}
     offset = 0
@@ -236,36 +188,32 @@ def _frame(magic: bytes, header_fields: dict[str, Any], arrays: dict[str, np.nda
         layout.append([name, arr.dtype.str, list(arr.shape), offset, arr.nbytes])
         offset += -(-arr.nbytes // _ALIGN) * _ALIGN
     header = dumps({**header_fields, "arrays": layout}, separators=(",", ":")).encode()
-    head = magic + _LEN.pack(len(header)) + header
-    head += b"\0" * (-len(head) % _ALIGN)
-    pieces: list[bytes | memoryview] = [head]
+    head = _LEN.pack(len(header)) + header
+    head += b"\0" * (-(len(magic) + len(head)) % _ALIGN)
+    body: list[bytes | memoryview] = [head]
     for arr in contiguous.values():
         nbytes = int(arr.nbytes)
-        pieces.append(arr.view(np.uint8).reshape(-1).data if nbytes else b"")
-        pieces.append(b"\0" * (-nbytes % _ALIGN))
-    h = hashlib.blake2b(digest_size=_DIGEST)
-    for p in pieces:
-        h.update(p)
-    pieces.append(h.digest())
-    return pieces
+        body.append(arr.view(np.uint8).reshape(-1).data if nbytes else b"")
+        body.append(b"\0" * (-nbytes % _ALIGN))
+    return persist.frame(magic, body)
 
 
 def _unframe(buf: bytearray, magic: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
     """(header, arrays) of :func:`_frame`'s bytes, or None when they are not a whole, unaltered
     frame of ``magic`` (the digest over every byte is checked first). The arrays are views into
     ``buf`` (no copy)."""
-    if len(buf) < len(magic) + _LEN.size + _DIGEST or bytes(buf[:len(magic)]) != magic:
+    view = persist.unframe(buf, magic)
+    if view is None or len(view) < len(magic) + _LEN.size:
         return None
-    view = memoryview(buf)
-    if hashlib.blake2b(view[:-_DIGEST], digest_size=_DIGEST).digest() != bytes(view[-_DIGEST:]):
-        return None
-    (n,) = _LEN.unpack_from(buf, len(magic))
+    (n,) = _LEN.unpack_from(view, len(magic))
     start = len(magic) + _LEN.size
     header = json.loads(bytes(view[start:start + n]))
     data = start + n + (-(start + n) % _ALIGN)
     arrays: dict[str, np.ndarray] = {}
     for name, dtype, shape, offset, nbytes in header["arrays"]:
         dt = np.dtype(dtype)
+        if dt.kind not in _ARRAY_KINDS or dt.hasobject or dt.fields is not None or dt.subdtype is not None:
+            raise ValueError(f"array {name!r} of dtype {dtype!r}: not numbers")
         count = nbytes // dt.itemsize if dt.itemsize else 0
         arrays[name] = np.frombuffer(buf, dtype=dt, count=count, offset=data + offset).reshape(shape)
     return header, arrays
@@ -274,8 +222,11 @@ def _unframe(buf: bytearray, magic: bytes) -> tuple[dict[str, Any], dict[str, np
 def read_header(path: Path) -> dict[str, Any] | None:
     """An entry's header (its identity and layout) without reading its arrays; None when the
     file is not an entry."""
+    fd = open_owned(path)
+    if fd is None:
+        return None
     try:
-        with open(path, "rb") as f:
+        with open(fd, "rb") as f:
             start = f.read(len(MAGIC) + _LEN.size)
             if len(start) < len(MAGIC) + _LEN.size or start[:len(MAGIC)] != MAGIC:
                 return None
@@ -297,7 +248,7 @@ def decode(buf: bytearray, ref: TableRef) -> tuple[dict[str, Any], KeyedTable] |
     if framed is None:
         return None
     header, arrays = framed
-    meta = _unplain(header["meta"])
+    meta = untagged(header["meta"])
     family = family_of(ref.table)
     if family is None or meta["table"] != ref.table:
         return None
@@ -333,20 +284,6 @@ def decode(buf: bytearray, ref: TableRef) -> tuple[dict[str, Any], KeyedTable] |
 # --- the cache --------------------------------------------------------------------------------
 
 
-def _read_entry(path: Path) -> bytearray | None:
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            buf = bytearray(size)
-            got = f.readinto(buf)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        _note(f"cannot read cache entry {path}: {exc.strerror or exc}")
-        return None
-    return buf if got == size else None
-
-
 def load_keyed(ref: TableRef, models: ModelRegistry, build: Callable[[TableRef, ModelRegistry], KeyedTable],
                *, registry_fp: str | None = None, folder: Path | None = None) -> KeyedTable:
     """The keyed table of ``ref``: from its cache entry when that entry is whole and its
@@ -358,7 +295,7 @@ def load_keyed(ref: TableRef, models: ModelRegistry, build: Callable[[TableRef, 
     identity = {"format": FORMAT, "pipeline": pipeline_fingerprint(), "models": registry_fp, "source": source}
     folder = folder or cache_dir()
     entry = folder / _entry_name(source, registry_fp)
-    buf = _read_entry(entry)
+    buf = read_owned(entry)
     if buf is not None:
         try:
             found = decode(buf, ref)
@@ -378,67 +315,18 @@ def load_keyed(ref: TableRef, models: ModelRegistry, build: Callable[[TableRef, 
 
 
 def store(entry: Path, keyed: KeyedTable, identity: dict[str, Any]) -> bool:
-    """Write one entry atomically; False (with a note) when it cannot be written."""
-    try:
-        pieces = encode(keyed, identity)
-
-        def write(handle: Any) -> None:
-            for p in pieces:
-                handle.write(p)
-
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_atomically(entry, write, overwrite=True)
-        evict(entry.parent, keep=entry)
-        return True
-    except Exception as exc:  # a cache that cannot be written is no cache, never an error
-        _note(f"cache not written ({entry.parent}): {getattr(exc, 'detail', None) or exc}")
+    """Write one entry (fsynced: costly to build again); False (with a note) when it cannot be
+    written."""
+    if not persist.write(entry, encode(keyed, identity), durable=True, failed="cache not written"):
         return False
-
-
-def max_bytes() -> int:
-    """The size bound: ``MODPERF_CACHE_MAX_BYTES`` (a whole number of bytes; 0 keeps only the
-    entry just written), else :data:`DEFAULT_MAX_BYTES`."""
-    text = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_BYTES
-    if text.isascii() and text.isdigit() and len(text) <= 20:
-        return int(text)
-    _note(f"{MAX_BYTES_ENV}={text[:40]!r} is not a whole number of bytes; the bound stays {DEFAULT_MAX_BYTES}")
-    return DEFAULT_MAX_BYTES
-
-
-def evict(folder: Path, keep: Path | None = None, bound: int | None = None, suffix: str = SUFFIX) -> int:
-    """Remove the entries used longest ago (by modification time, which a read refreshes) until
-    the folder holds at most ``bound`` bytes of entries; ``keep`` stays. Returns the bytes
-    removed. Never raises: an entry that cannot be removed is left."""
-    bound = max_bytes() if bound is None else bound
-    found = []
-    for path in _entry_files(folder, suffix):
-        try:
-            st = path.stat()
-        except OSError:
-            continue
-        found.append((st.st_mtime_ns, st.st_size, path))
-    total = sum(size for _, size, _ in found)
-    removed = 0
-    for _, size, path in sorted(found):
-        if total <= bound:
-            break
-        if keep is not None and path == keep:
-            continue
-        try:
-            path.unlink()
-        except OSError:
-            continue
-        total -= size
-        removed += size
-    return removed
+    persist.evict(entry.parent, SUFFIX, keep=entry)
+    return True
 
 
 # --- grids ------------------------------------------------------------------------------------
 
 #: The folder of grid files inside the cache folder.
-GRIDS = "grids"
+GRIDS = GRIDS_FOLDER
 #: The format of a grid file; bumped when its layout changes (part of every grid's identity).
 GRID_FORMAT = 1
 GRID_MAGIC = b"MODPERF-GRID\x00\x00\x00\x01"
@@ -465,7 +353,7 @@ def _home(folder: Path, identity: dict[str, Any]) -> tuple[str, str]:
 def grid_identity(home: tuple[str, str], group: tuple[Any, ...], system: str | None, gpu: Any,
                   axes: tuple[str, ...], heads_axis: str | None, limit: float) -> dict[str, Any]:
     """Everything one group's grid is built from, beside the table's entry (see module doc)."""
-    return {"format": GRID_FORMAT, "code": grid_fingerprint(), "table": home[1], "group": _plain(group),
+    return {"format": GRID_FORMAT, "code": grid_fingerprint(), "table": home[1], "group": tagged(group),
             "system": system, "gpu": repr(gpu), "axes": list(axes), "heads_axis": heads_axis,
             "limit": repr(float(limit))}
 
@@ -491,7 +379,7 @@ def load_grid(home: tuple[str, str], identity: dict[str, Any]) -> dict[str, np.n
     """The stored parts of the grid of ``identity`` (:meth:`modperf.query.interp.Grid.fill_parts`),
     or None when there is no whole grid file of exactly that identity."""
     path = _grid_path(home, identity)
-    buf = _read_entry(path)
+    buf = read_owned(path)
     if buf is None:
         return None
     try:
@@ -506,170 +394,34 @@ def load_grid(home: tuple[str, str], identity: dict[str, Any]) -> dict[str, np.n
 
 
 def store_grid(home: tuple[str, str], identity: dict[str, Any], parts: dict[str, np.ndarray]) -> bool:
-    """Write one grid file (a temporary file renamed into place; no fsync: a torn file fails
-    its digest); False (with a note) when it cannot be written."""
+    """Write one grid file (not fsynced: a torn file fails its digest); False (with a note)
+    when it cannot be written."""
     path = _grid_path(home, identity)
-    temp = None
-    try:
-        pieces = encode_grid(identity, parts)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(atomic._temp_prefix(path) + os.urandom(6).hex() + atomic.TMP_SUFFIX)
-        with open(temp, "xb") as handle:
-            for p in pieces:
-                handle.write(p)
-        os.replace(temp, path)
-        temp = None
-        evict(path.parent, keep=path, suffix=GRID_SUFFIX)
-        return True
-    except Exception as exc:  # a cache that cannot be written is no cache, never an error
-        _note(f"grid not written ({path.parent}): {exc}")
+    if not persist.write(path, encode_grid(identity, parts), durable=False, failed="grid not written"):
         return False
-    finally:
-        if temp is not None:
-            with contextlib.suppress(OSError):
-                temp.unlink()
-
-
-# --- info and clear ---------------------------------------------------------------------------
-
-
-@dataclass
-class Entry:
-    """One cache entry: its file, size, and the table file and rows it keys."""
-
-    file: Path
-    bytes: int
-    source: str | None
-    rows: int | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": str(self.file), "bytes": self.bytes, "source": self.source, "rows": self.rows}
-
-
-@dataclass
-class CacheInfo:
-    """What a cache folder holds (``modperf cache info``)."""
-
-    location: Path
-    exists: bool
-    enabled: bool
-    entries: list[Entry]
-    notes: list[str]
-    #: The catalog scans remembered beside the entries (modperf.data.scan_cache), one per data root.
-    catalogs: list[Record] = field(default_factory=list)
-    #: The grid files kept beside the entries (their count and bytes).
-    grids: int = 0
-    grid_bytes: int = 0
-    #: The persisted query plans (modperf.fast.plans) and what they depend on: count and bytes.
-    plans: int = 0
-    plan_bytes: int = 0
-
-    @property
-    def bytes(self) -> int:
-        return sum(e.bytes for e in self.entries)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"location": str(self.location), "exists": self.exists, "enabled": self.enabled,
-                "entries": [e.to_dict() for e in self.entries], "count": len(self.entries), "bytes": self.bytes,
-                "notes": list(self.notes), "catalogs": [r.to_dict() for r in self.catalogs],
-                "grids": {"count": self.grids, "bytes": self.grid_bytes},
-                "plans": {"count": self.plans, "bytes": self.plan_bytes}}
-
-
-def _entry_files(folder: Path, suffix: str = SUFFIX) -> Iterator[Path]:
-    try:
-        yield from sorted(p for p in folder.iterdir() if p.name.endswith(suffix) and p.is_file())
-    except OSError:
-        return
-
-
-def info(folder: Path | None = None) -> CacheInfo:
-    """What the cache holds: every entry with its size and the table file it keys, and the
-    catalog scans it remembers."""
-    from .scan_cache import records
-
-    folder = folder or cache_dir()
-    entries = []
-    for path in _entry_files(folder):
-        header = read_header(path)
-        source = header["identity"]["source"]["path"] if header else None
-        rows = None
-        if header:
-            rows = _unplain(header["meta"]).get("rows_stored")
-        try:
-            size = path.stat().st_size
-        except OSError:
-            continue
-        entries.append(Entry(path, size, source, rows))
-    grids = grid_bytes = 0
-    for path in _entry_files(folder / GRIDS, GRID_SUFFIX):
-        with contextlib.suppress(OSError):
-            grid_bytes += path.stat().st_size
-            grids += 1
-    plans = plan_bytes = 0
-    for path in _plan_files(folder):
-        with contextlib.suppress(OSError):
-            plan_bytes += path.stat().st_size
-            plans += path.name.endswith(PLAN_SUFFIX)
-    return CacheInfo(folder, folder.is_dir(), enabled(), entries, list(notes), records(folder), grids, grid_bytes,
-                     plans, plan_bytes)
-
-
-def _plan_files(folder: Path) -> list[Path]:
-    """The query plans and their dependency files (modperf.fast.plans) in a cache folder."""
-    plans = folder / PLANS_FOLDER
-    return [*_entry_files(plans, PLAN_SUFFIX), *_entry_files(plans, PLAN_DEPENDS_SUFFIX)]
-
-
-def clear(folder: Path | None = None) -> CacheInfo:
-    """Remove every entry, grid file and catalog scan (and leftover temporary files of
-    entries); returns what was removed."""
-    from .scan_cache import clear as clear_scans
-
-    folder = folder or cache_dir()
-    removed = info(folder)
-    remove_files([e.file for e in removed.entries], "a cache entry", folder, SUFFIX)
-    clear_scans(folder)
-    remove_files(list(_entry_files(folder / GRIDS, GRID_SUFFIX)), "a cached grid", folder / GRIDS, GRID_SUFFIX)
-    remove_files(_plan_files(folder), "a query plan", folder / PLANS_FOLDER, (PLAN_SUFFIX, PLAN_DEPENDS_SUFFIX))
-    return removed
-
-
-def remove_files(files: list[Path], what: str, folder: Path, suffix: str | tuple[str, ...]) -> None:
-    """Remove cache files (one already gone is no failure; one that cannot be removed is a
-    typed failure naming it), then the stale temporary files of such files in ``folder``."""
-    from ..base.errors import WriteFailedError
-
-    suffixes = (suffix,) if isinstance(suffix, str) else suffix
-    for path in files:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise WriteFailedError(f"cannot remove {what}: {exc.strerror or exc}", file=path,
-                                   fix="check the cache folder's permissions") from None
-    with contextlib.suppress(OSError):
-        for temp in atomic.temp_files(folder):
-            if temp.name.startswith(".") and any(x in temp.name for x in suffixes) and atomic.is_stale_temp(temp):
-                temp.unlink()
+    persist.evict(path.parent, GRID_SUFFIX, keep=path)
+    return True
 
 
 __all__ = [
-    "CACHE_DIR_ENV",
-    "DEFAULT_MAX_BYTES",
-    "MAX_BYTES_ENV",
-    "NO_CACHE_ENV",
-    "CacheInfo",
+    "FORMAT",
+    "GRIDS",
+    "GRID_FORMAT",
+    "GRID_SUFFIX",
+    "MAGIC",
+    "SUFFIX",
     "cache_dir",
-    "clear",
-    "enabled",
-    "evict",
-    "info",
+    "decode",
+    "decode_grid",
+    "encode",
+    "encode_grid",
+    "grid_fingerprint",
+    "grid_identity",
+    "load_grid",
     "load_keyed",
-    "max_bytes",
-    "notes",
     "pipeline_fingerprint",
+    "read_header",
     "registry_fingerprint",
-    "source_identity",
+    "store",
+    "store_grid",
 ]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..base import errors as E
+from ..fast.cache_keys import enabled
 from ..specs.models import ModelRegistry
 from . import keyed_cache
 from .buckets import KeyedTable
@@ -296,7 +297,7 @@ class TableStore:
         self.models = models
         #: Whether keyed tables come from (and go to) the persisted cache (modperf.data.keyed_cache); None:
         #: on unless MODPERF_NO_CACHE is set.
-        self.cache = keyed_cache.enabled(cache)
+        self.cache = enabled(cache)
         self._registry_fp: str | None = None
         self._tables: dict[Path, KeyedTable] = {}
         #: Files the loader rejected, with the error: a batch of a million lines asking the same

@@ -29,9 +29,12 @@ file with a digest of its text; a process served by the record hands a document 
 only while the file still holds that text (read and compared once per process), so it needs no
 YAML parser; a changed file is parsed as always.
 
-Failures degrade like the keyed-table cache (:mod:`modperf.data.keyed_cache`): a record that cannot be
-read is a scan, one that cannot be written is a note. The cache's switches turn this off too
-(``cache=False``, ``--no-cache``, ``MODPERF_NO_CACHE``).
+Failures degrade like the keyed-table cache's (:mod:`modperf.fast.persist` frames, reads, writes
+and bounds both): a record that cannot be read is a scan, one that cannot be written is a note.
+A record is read only from a trusted cache folder and only when the opened file is the user's
+and no one else can write it, and is written as the cache's files are
+(:mod:`modperf.fast.cache_trust`); it is JSON (plain data). The cache's switches turn this off
+too (``cache=False``, ``--no-cache``, ``MODPERF_NO_CACHE``).
 """
 
 from __future__ import annotations
@@ -45,13 +48,15 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from ..base import atomic
+from ..base import jsonio
 from ..base.errors import ModperfError
-from ..base.jsonio import dumps
 from ..base.meta import __version__
+from ..fast import persist
 from ..fast.cache_keys import (
+    CATALOGS_FOLDER,
+    cache_folder,
     content_digest,
     embedded_systems_dir,
     package_sources,
@@ -59,23 +64,22 @@ from ..fast.cache_keys import (
     source_digest,
     table_key,
 )
+from ..fast.cache_trust import read_owned
 from ..specs.roofline import known_document, spec_document
-from . import keyed_cache
 from .catalog import Catalog, Reuse, VersionFolder, resolve_data_root, scan_folders
 
 FORMAT = 1
 MAGIC = b"MODPERF-CATALOG\x01"
 SUFFIX = ".mpc"
-FOLDER = "catalogs"
+FOLDER = CATALOGS_FOLDER
 #: A record is not written while a folder it lists changed this recently (nanoseconds): a change
 #: within one timestamp tick of the scan would leave the folder's times as the record holds them.
 RACY_NS = 2_000_000_000
 #: The records kept (one per data root); past it the one used longest ago is removed.
 MAX_RECORDS = 32
-_DIGEST = 32
 #: The code whose behaviour a record stands for.
-_SOURCES = ("data/catalog.py", "data/scan_cache.py", "fast/cache_keys.py", "data/footer.py", "data/reader.py",
-            "base/atomic.py", "base/limits.py", "specs/roofline.py", "base/jsonio.py", "base/meta.py")
+_SOURCES = ("data/catalog.py", "data/scan_cache.py", "fast/cache_keys.py", "fast/persist.py", "data/footer.py",
+            "data/reader.py", "base/atomic.py", "base/limits.py", "specs/roofline.py", "base/jsonio.py", "base/meta.py")
 
 
 @functools.cache
@@ -152,7 +156,7 @@ def _identity(root: Path) -> dict[str, Any]:
 def record_path(root: Path, folder: Path | None = None) -> Path:
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{os.path.abspath(root)}\0{code_fingerprint()}".encode())
-    return (folder or keyed_cache.cache_dir()) / FOLDER / (h.hexdigest() + SUFFIX)
+    return (folder or Path(cache_folder())) / FOLDER / (h.hexdigest() + SUFFIX)
 
 
 def _exact_json(value: Any) -> bool:
@@ -172,7 +176,7 @@ def _exact_json(value: Any) -> bool:
 def _spec_documents(systems: set[str]) -> list[list[Any]]:
     """[file, digest of its text, document] of the GPU spec file of each system (what
     :func:`modperf.specs.roofline.gpu_spec` reads), each document tagged so that it comes back as it
-    was (integer keys, tuples; :func:`modperf.data.keyed_cache._plain`) where JSON can hold it exactly."""
+    was (integer keys, tuples; :func:`modperf.base.jsonio.tagged`) where JSON can hold it exactly."""
     try:
         folder = embedded_systems_dir()
     except Exception:  # no embedded corpus: gpu_spec reads no file either
@@ -186,7 +190,7 @@ def _spec_documents(systems: set[str]) -> list[list[Any]]:
             text = path.read_text()
         except (OSError, ValueError):
             continue
-        tagged = keyed_cache._plain(spec_document(text))
+        tagged = jsonio.tagged(spec_document(text))
         if _exact_json(tagged):
             out.append([str(path), _sidecar_digest(text.encode()), tagged])
     return out
@@ -200,7 +204,7 @@ def _hand_over_documents(documents: list[list[Any]]) -> None:
         except (OSError, ValueError):
             continue
         if _sidecar_digest(text.encode()) == digest:
-            known_document(text, keyed_cache._unplain(tagged))
+            known_document(text, jsonio.untagged(tagged))
 
 
 def encode(catalog_folders: list[VersionFolder], recorder: Recorder, root: Path) -> bytes:
@@ -211,11 +215,10 @@ def encode(catalog_folders: list[VersionFolder], recorder: Recorder, root: Path)
                          sorted([stem, r.from_version, r.reason, r.approved_by] for stem, r in f.reuse.items()),
                          sorted([stem, list(recorded)] for stem, recorded in f.releases.items())])
     documents = _spec_documents({f.system for f in catalog_folders})
-    body = dumps({"identity": _identity(root), "folders": recorder.folders, "sidecars": recorder.sidecars,
-                  "tables": recorder.tables, "versions": versions, "documents": documents},
-                 separators=(",", ":")).encode()
-    text = MAGIC + body
-    return text + hashlib.blake2b(text, digest_size=_DIGEST).digest()
+    body = jsonio.dumps({"identity": _identity(root), "folders": recorder.folders, "sidecars": recorder.sidecars,
+                         "tables": recorder.tables, "versions": versions, "documents": documents},
+                        separators=(",", ":")).encode()
+    return b"".join(persist.frame(MAGIC, [body]))
 
 
 def _current(doc: dict[str, Any], root: Path) -> bool:
@@ -223,13 +226,12 @@ def _current(doc: dict[str, Any], root: Path) -> bool:
     return scan_unchanged(str(root), doc["folders"], doc["sidecars"], doc["tables"])
 
 
-def decode(data: bytes, root: Path) -> Catalog | None:
+def decode(data: bytes | bytearray, root: Path) -> Catalog | None:
     """The catalog a record holds, when the record is whole, of this code and still current."""
-    if len(data) < len(MAGIC) + _DIGEST or not data.startswith(MAGIC):
+    body = persist.unframe(data, MAGIC)
+    if body is None:
         return None
-    if hashlib.blake2b(data[:-_DIGEST], digest_size=_DIGEST).digest() != data[-_DIGEST:]:
-        return None
-    doc = json.loads(data[len(MAGIC):-_DIGEST])
+    doc = json.loads(bytes(body[len(MAGIC):]))
     if doc["identity"] != _identity(root) or not _current(doc, root):
         return None
     folders = []
@@ -259,12 +261,9 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
     try:
         entry = record_path(root_path, folder)
     except Exception as exc:  # no cache folder (no home folder to put it in): a plain scan
-        keyed_cache._note(f"catalog scan not recorded: {exc}")
+        persist.note(f"catalog scan not recorded: {exc}")
         return Catalog.scan(root_path)
-    try:
-        data = entry.read_bytes()
-    except OSError:
-        data = None
+    data = read_owned(entry)
     if data is not None:
         try:
             found = decode(data, root_path)
@@ -288,40 +287,12 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
 
 
 def store(entry: Path, data: bytes) -> bool:
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-
-        def write(handle: BinaryIO) -> None:
-            handle.write(data)
-
-        atomic.write_atomically(entry, write, overwrite=True)
-        _evict(entry.parent, keep=entry)
-        return True
-    except Exception as exc:  # a record that cannot be written is no record, never an error
-        keyed_cache._note(f"catalog scan not recorded ({entry.parent}): {getattr(exc, 'detail', None) or exc}")
+    """Write one record (fsynced); False (with a note) when it cannot be written. At most
+    :data:`MAX_RECORDS` are kept, the ones used longest ago going first."""
+    if not persist.write(entry, [data], durable=True, failed="catalog scan not recorded"):
         return False
-
-
-def _evict(folder: Path, keep: Path) -> None:
-    found = []
-    for path in _record_files(folder):
-        try:
-            found.append((path.stat().st_mtime_ns, path))
-        except OSError:
-            continue
-    for _, path in sorted(found)[:max(0, len(found) - MAX_RECORDS)]:
-        if path != keep:
-            try:
-                path.unlink()
-            except OSError:
-                continue
-
-
-def _record_files(folder: Path) -> list[Path]:
-    try:
-        return sorted(p for p in folder.iterdir() if p.name.endswith(SUFFIX) and p.is_file())
-    except OSError:
-        return []
+    persist.evict(entry.parent, SUFFIX, keep=entry, bound_files=MAX_RECORDS)
+    return True
 
 
 @dataclass
@@ -339,15 +310,17 @@ class Record:
 def records(cache_folder: Path) -> list[Record]:
     """The scan records in a cache folder (``modperf cache info``)."""
     out = []
-    for path in _record_files(cache_folder / FOLDER):
-        try:
-            data = path.read_bytes()
-        except OSError:
+    for name in persist.files(cache_folder / FOLDER, SUFFIX):
+        path = Path(name)
+        data = read_owned(path)
+        if data is None:  # (not the user's own file: listed, never read)
+            with contextlib.suppress(OSError):
+                out.append(Record(path, path.stat().st_size, None))
             continue
         root = None
-        if data.startswith(MAGIC) and len(data) > len(MAGIC) + _DIGEST:
+        if data.startswith(MAGIC) and len(data) > len(MAGIC) + persist.DIGEST_SIZE:
             try:
-                root = json.loads(data[len(MAGIC):-_DIGEST])["identity"]["root"]
+                root = json.loads(data[len(MAGIC):-persist.DIGEST_SIZE])["identity"]["root"]
             except (ValueError, KeyError, TypeError):
                 root = None
         out.append(Record(path, len(data), root))
@@ -357,7 +330,7 @@ def records(cache_folder: Path) -> list[Record]:
 def clear(cache_folder: Path) -> list[Record]:
     """Remove every scan record (and leftover temporary files of records)."""
     removed = records(cache_folder)
-    keyed_cache.remove_files([r.file for r in removed], "a catalog scan record", cache_folder / FOLDER, SUFFIX)
+    persist.remove_files([r.file for r in removed], "a catalog scan record", cache_folder / FOLDER, SUFFIX)
     return removed
 
 

@@ -1,5 +1,6 @@
 """What the persisted caches are keyed by, in the standard library only: the cache folder and
-its switches, a source file's identity, a digest of code, and where the corpus package lies.
+its switches (and whether it can be trusted: :mod:`modperf.fast.cache_trust`), a source file's
+identity, a digest of code, and where the corpus package lies.
 
 :mod:`modperf.data.keyed_cache` (keyed tables and grids), :mod:`modperf.data.scan_cache` (catalog scans) and
 :mod:`modperf.fast.plans` (query plans) share these; the last runs in a process that has not
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
+
+from .cache_trust import folder_problem, say_off
 
 try:  # (hashlib's own import loads OpenSSL: ~2 ms of a cold process; blake2 is built in)
     from _blake2 import blake2b
@@ -35,6 +38,10 @@ EMBEDDED_CONFIGS = "aiconfigurator_core/model_configs"
 #: Where modperf.fast.plans keeps query plans in the cache folder, and their files' suffixes (the
 #: plans, and what they depend on): modperf.data.keyed_cache lists and clears them.
 PLANS_FOLDER, PLAN_SUFFIX, PLAN_DEPENDS_SUFFIX = "plans", ".mpq", ".mpd"
+#: The folders of grid files (modperf.data.keyed_cache) and catalog scans (modperf.data.scan_cache) in it.
+GRIDS_FOLDER, CATALOGS_FOLDER = "grids", "catalogs"
+#: Every folder modperf keeps in the cache folder (each judged with it: modperf.fast.cache_trust).
+CACHE_SUBFOLDERS = (PLANS_FOLDER, GRIDS_FOLDER, CATALOGS_FOLDER)
 
 
 def cache_folder() -> str:
@@ -49,9 +56,9 @@ def cache_folder() -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "modperf")
 
 
-def enabled(requested: bool | None = None) -> bool:
-    """Whether to use the cache: ``requested`` when given, else on unless ``MODPERF_NO_CACHE``
-    is set to something other than ``0`` or empty."""
+def switched_on(requested: bool | None = None) -> bool:
+    """Whether the cache is asked for: ``requested`` when given, else on unless
+    ``MODPERF_NO_CACHE`` is set to something other than ``0`` or empty."""
     if requested is not None:
         return requested
     return os.environ.get(NO_CACHE_ENV, "").strip() in ("", "0")
@@ -74,6 +81,29 @@ def package_sources(*names: str, skip: Sequence[str] = ()) -> list[str]:
             dirs[:] = sorted(d for d in dirs if d != "__pycache__" and d not in skip)
             files += [os.path.join(folder, n) for n in sorted(found) if n.endswith(".py")]
     return files
+
+
+def trust_problem() -> str | None:
+    """What keeps the cache folder from being trusted (:mod:`modperf.fast.cache_trust`: owned by
+    the user, not writable by others, and so every folder above it), or None."""
+    return folder_problem(cache_folder(), CACHE_SUBFOLDERS)
+
+
+def usable_folder() -> str | None:
+    """The cache folder where it can be trusted; else None, said once on stderr
+    (``cache off: <folder> is writable by others (fix: ...)``)."""
+    folder = cache_folder()
+    problem = folder_problem(folder, CACHE_SUBFOLDERS)
+    if problem is None:
+        return folder
+    say_off(problem)
+    return None
+
+
+def enabled(requested: bool | None = None) -> bool:
+    """Whether to use the cache: it is switched on (:func:`switched_on`) and its folder can be
+    trusted (:func:`usable_folder`, which says once on stderr why not)."""
+    return switched_on(requested) and usable_folder() is not None
 
 
 def source_digest(prefix: str, files: Sequence[str | os.PathLike[str]]) -> str:
@@ -241,15 +271,17 @@ def embedded_model_configs() -> Path:
 
 __all__ = [
     "CACHE_DIR_ENV",
+    "CACHE_SUBFOLDERS",
+    "CATALOGS_FOLDER",
     "DATA_PACKAGE",
     "DATA_ROOT_ENV",
     "EMBEDDED_CONFIGS",
     "EMBEDDED_DATA",
     "EMBEDDED_SYSTEMS",
+    "GRIDS_FOLDER",
     "MODEL_CONFIGS_ENV",
     "NO_CACHE_ENV",
     "PACKAGE_DIR",
-    "blake2b",
     "cache_folder",
     "config_folders",
     "content_digest",
@@ -263,5 +295,8 @@ __all__ = [
     "scan_unchanged",
     "source_digest",
     "source_identity",
+    "switched_on",
     "table_key",
+    "trust_problem",
+    "usable_folder",
 ]

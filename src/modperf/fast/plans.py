@@ -3,7 +3,7 @@
 A single query is a plan and a point (:mod:`modperf.query.engine`): the plan is everything resolved
 from the fields but the axis values (slot, model, shard, defaults, the bucket group and its
 grid); the point is the axis values. The query engine keeps plans in memory; this module keeps
-each one also on disk, in the user's cache folder (:mod:`modperf.data.keyed_cache`), so that the next
+each one also on disk, in the user's cache folder (:mod:`modperf.fast.persist`), so that the next
 process asking with the same fields (any axis values) reads the plan instead of importing
 numpy and pyarrow, scanning the data root and loading the table. What it reads is what a
 single answer reads: the template answer, each axis's checks, and the grid's lattice as plain
@@ -35,17 +35,28 @@ type) means the engine answers, as without this module:
 
 Those checks run once per process (per file); a plan read once is kept in memory.
 
+**Whose files.** Plans are read only from a cache folder the user owns and no one else can
+write, and a file only when the opened file is the user's and no one else can write it
+(:mod:`modperf.fast.cache_trust`): the digest is unkeyed, and ``marshal`` is not safe against
+crafted input, so the ownership rule is what keeps a forged plan out. What ``marshal`` gives
+back is a builtin value; a plan is used only when every part of it is plain (None, bools,
+ints, floats, strings, tuples, lists, dicts: :func:`plain`), so nothing it holds is code.
+(Its dependency files are only compared with what is found now: a value of another type
+there is a mismatch.)
+
 **What a plan answers.** A point whose axis values are plain ints inside their ranges and
 inside the grid's measured range: a measured cell, a blend between cells, a filled cell. A
 point outside the measured range (the roofline projects it), a refused one, and a table whose
 backend picks the kernel per shape (a lane rule) are left to the engine; so are quality notes
 where the writer did not look them up (a plan keeps its group's notes, or that it has none,
 once an answer with notes was asked). Plans are written by the engine's process after a plan's first
-answer (:meth:`PlanStore.persist`), through a temporary file renamed into place (a torn file
-fails its digest); they share the cache's size bound and ``modperf cache clear``.
+answer (:meth:`PlanStore.persist`), through a temporary file renamed into place
+(:func:`modperf.base.atomic.replace_unsynced`: created exclusively, no link followed, mode 0600; a
+torn file fails its digest); they share the cache's size bound and ``modperf cache clear``.
 
 Imports: the standard library only, and of modperf :mod:`modperf.fast.cache_keys`,
-:mod:`modperf.fast.lattice` and :mod:`modperf.fast.answer` (writing imports more, on use).
+:mod:`modperf.fast.cache_trust`, :mod:`modperf.fast.lattice` and :mod:`modperf.fast.answer` (writing imports
+more, on use).
 """
 
 from __future__ import annotations
@@ -56,6 +67,7 @@ import sys
 from operator import itemgetter
 
 from ..base.meta import __version__
+from . import persist
 from .answer import Answer, fast_answer, quality_notes
 from .cache_keys import (
     DATA_ROOT_ENV,
@@ -65,7 +77,6 @@ from .cache_keys import (
     PLAN_SUFFIX,
     PLANS_FOLDER,
     blake2b,
-    cache_folder,
     config_folders,
     content_digest,
     distribution_base,
@@ -74,7 +85,9 @@ from .cache_keys import (
     scan_unchanged,
     source_digest,
     source_identity,
+    usable_folder,
 )
+from .cache_trust import read_owned
 from .lattice import Lattice
 
 TYPE_CHECKING = False
@@ -89,40 +102,57 @@ SUFFIX = PLAN_SUFFIX
 SCAN_PREFIX = "scan-"
 CONTEXT_PREFIX = "context-"
 DEPENDS_SUFFIX = PLAN_DEPENDS_SUFFIX
-_DIGEST = 32
 #: Field values a persisted plan is keyed by (their repr is exact and stable).
 _KEY_TYPES = (str, int, float, bool, type(None))
 #: Package folders whose modules do not decide an answer (the command line parses and prints).
 _NOT_ANSWERING = ("cli", "__pycache__")
+_SCALARS = frozenset(_KEY_TYPES)
+_NUMBERS = (int, float)
 
 
 # --- reading and writing one file ------------------------------------------------------------
 
 
 def _frame(value: Any) -> bytes:
-    body = MAGIC + marshal.dumps(value)
-    return body + blake2b(body, digest_size=_DIGEST).digest()
+    """A file of this format holding ``value`` (:func:`modperf.fast.persist.frame`)."""
+    return b"".join(persist.frame(MAGIC, [marshal.dumps(value)]))
 
 
-def _unframe(data: bytes) -> Any:
+def _unframe(data: bytes | bytearray) -> Any:
     """The value of a whole, unaltered file of this format; None otherwise."""
-    if len(data) < len(MAGIC) + _DIGEST or not data.startswith(MAGIC):
-        return None
-    if blake2b(data[:-_DIGEST], digest_size=_DIGEST).digest() != data[-_DIGEST:]:
+    body = persist.unframe(data, MAGIC)
+    if body is None:
         return None
     try:
-        return marshal.loads(data[len(MAGIC):-_DIGEST])
+        return marshal.loads(body[len(MAGIC):])
     except (ValueError, EOFError, TypeError):
         return None
 
 
+def plain(value: Any) -> bool:
+    """Whether ``value`` is plain data throughout: None, bools, ints, floats and strings in
+    tuples, lists and dicts (marshal can also build code objects, bytes, sets and complex
+    numbers: none is in a plan). A sequence of numbers is judged by adding it up (in C, a few
+    nanoseconds an item: one that is not an int or a float fails the sum or makes it
+    complex): a plan's lattice holds tens of thousands."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is list or kind is tuple:
+        try:
+            if type(sum(value)) in _NUMBERS:
+                return True
+        except (TypeError, OverflowError):  # (an int too large for a float beside a float: judged item by item)
+            pass
+        return all(type(v) in _SCALARS or plain(v) for v in value)
+    if kind is dict:
+        return all((type(k) in _SCALARS or plain(k)) and (type(v) in _SCALARS or plain(v)) for k, v in value.items())
+    return False
+
+
 def _read(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return _unframe(data)
+    data = read_owned(path)
+    return None if data is None else _unframe(data)
 
 
 def _digest_text(*parts: Any) -> str:
@@ -270,7 +300,8 @@ class PlanStore:
         folders = default_config_folders(model_configs)
         if folders is None or not os.path.isdir(root) or not all(os.path.isdir(f) for f in folders):
             return None
-        return cls(os.path.abspath(root), given, folders, cache_folder())
+        cache = usable_folder()  # (a folder others can write: said once, not used)
+        return None if cache is None else cls(os.path.abspath(root), given, folders, cache)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -356,13 +387,13 @@ class PlanStore:
             return None
         try:
             if doc["identity"] != (FORMAT, self.code(), self._where, self.config_folders, names, key) \
-                    or not self._holds(doc):
+                    or not plain(doc) or not self._holds(doc):
                 return None
             template = object.__new__(Answer)
             template.__dict__.update(doc["template"])
             plan = StoredPlan(template, doc["axis_checks"], doc["echoed"], Lattice.from_plain(doc["lattice"]),
                               doc["extrapolation_model"], doc["local"], doc["quality"], doc["quality_found"])
-        except (KeyError, TypeError, ValueError, IndexError):
+        except (KeyError, TypeError, ValueError, IndexError, RecursionError):  # (plain: nested past any plan)
             return None
         try:  # noqa: SIM105  (contextlib: a module more for a cold process)
             os.utime(path)  # used now: the cache's size bound removes the files used longest ago
@@ -407,9 +438,7 @@ class PlanStore:
         try:
             return self._persist(fields, plan, tables, quality, watched, axis_names, spec_path)
         except Exception as exc:  # a plan that cannot be written is no plan, never an error
-            from ..data.keyed_cache import _note
-
-            _note(f"query plan not written ({self.folder}): {getattr(exc, 'detail', None) or exc}")
+            persist.note(f"query plan not written ({self.folder}): {getattr(exc, 'detail', None) or exc}")
             return False
 
     def _persist(self, fields: Mapping[str, Any], plan: Any, tables: Sequence[Any], quality: str, watched: Any,
@@ -423,7 +452,8 @@ class PlanStore:
             sources.add(_identity_tuple(keyed.cache_source))
         context = (self.code(), tuple(sorted(axis_names)))
         if self._context_names() != frozenset(axis_names):
-            _write(os.path.join(self.folder, CONTEXT_PREFIX + self.code() + DEPENDS_SUFFIX), _frame(context))
+            if not _write(os.path.join(self.folder, CONTEXT_PREFIX + self.code() + DEPENDS_SUFFIX), _frame(context)):
+                return False
             self._context = (frozenset(axis_names),)
         names = tuple(fields)
         by_names = self._names(names)
@@ -438,8 +468,9 @@ class PlanStore:
         scan = _digest_text(depends)
         scan_file = os.path.join(self.folder, SCAN_PREFIX + scan + DEPENDS_SUFFIX)
         if not _same(_read(scan_file), depends):
-            _write(scan_file, _frame(depends))
-            _bound(self.folder, scan_file, DEPENDS_SUFFIX)
+            if not _write(scan_file, _frame(depends)):
+                return False
+            persist.evict(self.folder, DEPENDS_SUFFIX, keep=scan_file)
         numpy_fp = numpy_fingerprint()
         configs = configs_fingerprint(self.config_folders)
         if numpy_fp is None or configs is None:
@@ -456,14 +487,11 @@ class PlanStore:
         if not _same(_unframe(data), doc):  # every value comes back as it was, types included
             return False
         path = self._path(names, key)
-        try:
-            with open(path, "rb") as f:
-                if f.read() == data:
-                    return True
-        except OSError:
-            pass
-        _write(path, data)
-        _bound(self.folder, path, SUFFIX)
+        if read_owned(path) == bytearray(data):
+            return True
+        if not _write(path, data):
+            return False
+        persist.evict(self.folder, SUFFIX, keep=path)
         return True
 
 
@@ -506,36 +534,9 @@ def _identity_tuple(identity: dict[str, Any]) -> tuple[Any, ...]:
     return (identity["path"], identity["size"], identity["mtime_ns"], identity["content"])
 
 
-def _bound(folder: str, keep: str, suffix: str) -> None:
-    """The cache's size bound over the files of one kind in the plans folder (modperf.data.keyed_cache)."""
-    from pathlib import Path
-
-    from ..data.keyed_cache import evict
-
-    evict(Path(folder), keep=Path(keep), suffix=suffix)
-
-
-def _write(path: str, data: bytes) -> None:
-    """A temporary file beside ``path`` renamed into place (no fsync: a torn file fails its
-    digest and is a miss)."""
-    from ..base import atomic
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    from pathlib import Path
-
-    temp = os.path.join(os.path.dirname(path), atomic._temp_prefix(Path(path)) + os.urandom(6).hex()
-                        + atomic.TMP_SUFFIX)
-    try:
-        with open(temp, "xb") as handle:
-            handle.write(data)
-        os.replace(temp, path)
-        temp = ""
-    finally:
-        if temp:
-            try:  # noqa: SIM105  (as above)
-                os.unlink(temp)
-            except OSError:
-                pass
-
+def _write(path: str, data: bytes) -> bool:
+    """One file of the plans folder (not fsynced: a torn file fails its digest and is a miss);
+    False, with a note, where it cannot be written."""
+    return persist.write(path, [data], durable=False, failed="query plan not written")
 
 __all__ = ["FOLDER", "MAGIC", "SUFFIX", "PlanStore", "StoredPlan", "code_fingerprint"]

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
             error = E.UsageError(f"command line: {message}", fix="see `modperf --help` or `modperf COMMAND --help`")
             sys.stdout.write(dumps({"error": error.to_dict()}) + "\n")
         else:
-            err_console.print(f"[bold red]error[/] (usage): {escape(message)}", soft_wrap=True)
+            err_console.print(f"[bold red]error[/] (usage): {escape(message)}")
             err_console.print("see `modperf --help` or `modperf COMMAND --help`", style="dim")
         code = exc.exit_code
     except typer.Abort:

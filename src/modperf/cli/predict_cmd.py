@@ -16,7 +16,7 @@ from ..jsonio import dumps
 from ..predict import Prediction, deployment_from_row, predict
 from ._app import app
 from ._batch import open_batch
-from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
+from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, WideOpt, console, emit_json, handles_errors, print_table
 
 
 def _opt(name: str, help_text: str) -> Any:
@@ -27,7 +27,7 @@ def print_prediction(p: Prediction) -> None:
     d = p.deployment
     head = Table(title=escape(f"{d.model} on {d.system} {d.backend} ({d.mode}, isl {d.isl}, osl {d.osl})"),
                  show_header=False)
-    head.add_column("", no_wrap=True)
+    head.add_column("")
     head.add_column("", justify="right", no_wrap=True)
     head.add_row("TTFT ms", f"[bold]{p.ttft_ms:.1f}[/]")
     head.add_row("TPOT ms", f"[bold]{p.tpot_ms:.2f}[/]")
@@ -40,26 +40,25 @@ def print_prediction(p: Prediction) -> None:
             head.add_row(name.replace("_", " "), f"{p.serving[name]:.3f}")
     if "capacity_bound" in p.serving:
         head.add_row("prefill capacity decides TTFT", "yes" if p.serving["capacity_bound"] else "no")
-    console.print(head)
+    print_table(head)
     steps = Table(title="engine steps (ms)")
     steps.add_column("step", no_wrap=True)
-    steps.add_column("ms", justify="right")
+    steps.add_column("ms", justify="right", no_wrap=True)
     steps.add_column("shape")
     for name, step in p.steps.items():
         shape = ", ".join(f"{k} {v}" for k, v in step.items() if k not in ("ms", "components"))
         steps.add_row(name, f"{step['ms']:.3f}", escape(shape))
-    console.print(steps)
+    print_table(steps)
     decode = p.steps.get("decode", {}).get("components") or {}
     if decode:
         console.print("decode step by component: " + ", ".join(f"{k} {v:.3f}" for k, v in decode.items()),
                       style="dim")
     prov = p.provenance
-    console.print("versions: " + ", ".join(f"{t} {v}" for t, v in prov["versions"].items()), style="dim",
-                  soft_wrap=True)
+    console.print("versions: " + ", ".join(f"{t} {v}" for t, v in prov["versions"].items()), style="dim")
     console.print("ops by kind: " + ", ".join(f"{n} {k}" for k, n in prov["kinds"].items()), style="dim")
-    console.print(f"constants: {escape(p.serving['constants']['source'])}", style="dim", soft_wrap=True)
+    console.print(f"constants: {escape(p.serving['constants']['source'])}", style="dim")
     for note in p.notes:
-        console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
+        console.print(f"note: {escape(note)}", style="dim")
 
 
 def _batch_size_or_file(value: str | None) -> tuple[int | None, str | None]:
@@ -110,6 +109,7 @@ def predict_command(
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Predict TTFT and TPOT of one deployment (docs/serving.md), or of JSON lines of them.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 import typer
@@ -9,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import errors as E
+from ..cache_keys import is_digits
 from ..db import Database
 from ._app import app
 from ._batch import answer_batch, open_batch
@@ -147,6 +149,10 @@ def query_command(
     fields = {k: v for k, v in fields.items() if v is not None}
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     if batch is not None:
+        if is_digits(batch) and not os.path.lexists(batch):  # `--batch 4` meant a batch size
+            raise E.QueryFieldError(
+                f"--batch takes a JSON-lines file of queries, and there is no file {E.quote(batch)}",
+                values={"batch": batch}, fix=f"did you mean --batch-size {batch}? (--batch FILE answers a file)")
         failed = answer_batch(db, batch, open_batch(batch), fields)
         raise typer.Exit(1 if failed else 0)
     if table is None:

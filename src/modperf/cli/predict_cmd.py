@@ -173,8 +173,8 @@ def predict_command(
     if missing:
         raise E.UsageError(f"missing {', '.join(missing)}", values={"missing": missing},
                            fix="modperf predict --model M --system S --backend B --isl N --osl N --batch N --tp N")
-    if version is not None:  # a version the flag names: one the corpus holds, as query and estimate ask
-        check_version(db, system, backend, version)  # type: ignore[arg-type]  (checked as missing above)
+    if version is not None and system is not None and backend is not None:
+        check_version(db, system, backend, version)  # a version the flag names: one the corpus holds
     tps = parse_tps(tp) if tp is not None else [None]
     if len(tps) > 1 and mode != "agg":
         raise E.UsageError("--tp takes a list with --mode agg (disagg: --prefill-tp and --decode-tp)",

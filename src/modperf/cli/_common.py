@@ -172,13 +172,15 @@ def fit_table(table: Table, drop: Iterable[str] = (), width: int | None = None) 
     while sum(mins) > room and order:
         dropped.append(order.pop(0))
         current, mins, maxs, pads, room = layout(dropped)
-    # a column left out on the way that fits beside the rest comes back (most important first)
+    # a column left out on the way that fits beside the rest comes back, the most important first
+    # (and only while each does: what is shown stays a prefix of the stated order)
     for header in list(reversed(dropped[:-1])):
         trial = [h for h in dropped if h != header]
         candidate = layout(trial)
-        if sum(candidate[1]) <= candidate[4]:
-            dropped = trial
-            current, mins, maxs, pads, room = candidate
+        if sum(candidate[1]) > candidate[4]:
+            break
+        dropped = trial
+        current, mins, maxs, pads, room = candidate
     if sum(maxs) <= room:
         return current, [h for h in headers if h in dropped]
     if sum(mins) > room:

@@ -43,8 +43,9 @@ from ._common import (
 
 LEGEND = ("cells: a number = grid points measured for this native at that tp (tp-chain rows, or tp=1 sweep rows "
           "at local = native/tp); a number in parentheses = answerable only through the local key (a local-only "
-          "table: another native's rows at that local), not measured for this native; · = not measured; blank = "
-          "tp does not divide the native. Other tp divisors: --tp, --json, --csv.")
+          "table: another native's rows at that local), not measured for this native; interp. / extrap. = no point "
+          "at that local: a query interpolates between (extrapolates past) the measured locals; · = not "
+          "measured; blank = tp does not divide the native. Other tp divisors: --tp, --json, --csv.")
 
 
 def _cell_text(cell: Any) -> str:
@@ -53,8 +54,14 @@ def _cell_text(cell: Any) -> str:
     if cell.measured:
         return f"[green]{short_count(cell.points)}[/]"
     if cell.answerable:
-        return f"[yellow]({short_count(cell.points)})[/]"
+        if cell.points:  # another native's rows at this local (a local-only table)
+            return f"[yellow]({short_count(cell.points)})[/]"
+        return f"[yellow]{_SHORT_ANSWER.get(str(cell.answer), str(cell.answer))}[/]"
     return "[red]·[/]"
+
+
+#: How a cell without points of its own is answered, as a narrow cell says it.
+_SHORT_ANSWER = {"interpolated": "interp.", "extrapolated": "extrap."}
 
 
 def _slot(ref: Any, parts: list[str]) -> str:
@@ -148,7 +155,7 @@ def _model_cell(c: Any) -> str:
     if not c.answerable:
         return "[red]no[/]"
     colour = "green" if c.measured else "yellow"
-    via = {"interpolated": "interp.", "extrapolated": "extrap."}.get(c.via, c.via)
+    via = _SHORT_ANSWER.get(c.via, c.via)
     text = f"{short_count(c.points)} {via}" if c.points else via
     return f"[{colour}]{text}[/]"
 

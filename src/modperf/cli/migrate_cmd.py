@@ -16,10 +16,10 @@ from ._common import JsonOpt, ModelConfigsOpt, WideOpt, console, emit_json, hand
 
 
 def _heads_change(group) -> str:
-    before = ", ".join(map(str, group.num_heads_before)) or "(none)"
+    before = ",".join(map(str, group.num_heads_before)) or "(none)"
     if not group.num_heads_after:
         return before
-    after = ", ".join(str(group.num_heads_after[t]) for t in sorted(group.num_heads_after))
+    after = ",".join(str(group.num_heads_after[t]) for t in sorted(group.num_heads_after))
     return f"{before} -> {after}"
 
 

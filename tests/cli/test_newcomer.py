@@ -126,6 +126,10 @@ def test_a_narrow_terminal_leaves_out_the_widest_tp_columns_and_says_so_wide_pri
     header = next(line for line in wide.stdout.splitlines() if "tp=1" in line)
     assert all(f"tp={t}" in header for t in (1, 2, 4, 8, 16, 32)) and len(header) > 80
     assert "│ prefill attention     │" in wide.stdout and "not shown" not in wide.stdout
+    refused = user("ls", "--system", "gb300", "--wide", "--json")  # --wide with no table to lay out: refused
+    assert refused.returncode == 2
+    assert json.loads(refused.stdout)["error"]["message"] == ("--wide lays out tables, and --json prints none "
+                                                               "[wide=True]. Fix: drop --wide or --json")
 
 
 def test_piped_output_without_a_terminal_width_is_whole_and_unpadded() -> None:

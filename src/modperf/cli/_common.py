@@ -29,6 +29,7 @@ from rich.segment import Segment
 from rich.table import Table
 
 from .. import errors as E
+from ..cache_keys import is_digits
 from ..jsonio import dumps
 
 
@@ -256,6 +257,8 @@ def handles_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         _fit_width(bool(kwargs.get("wide")))
         try:
+            if kwargs.get("wide"):
+                refuse_wide_without_tables(kwargs)
             return fn(*args, **kwargs)
         except E.ModperfError as exc:
             raise typer.Exit(report_error(exc, bool(kwargs.get("json_out")))) from None
@@ -267,6 +270,18 @@ def handles_errors(fn: F) -> F:
             raise typer.Exit(report_error(exc, False)) from None
 
     return cast(F, wrapper)
+
+
+def refuse_wide_without_tables(options: dict[str, Any]) -> None:
+    """``--wide`` lays tables out: with an output that has none (``--json``, ``--csv``, a batch
+    file's JSON lines) it would change nothing, so it is refused rather than ignored."""
+    batch = options.get("batch")
+    without = [flag for flag, given in (("--json", options.get("json_out")), ("--csv", options.get("csv_out")),
+                                        ("--batch FILE", isinstance(batch, str) and not is_digits(batch.strip())))
+               if given]
+    if without:
+        raise E.UsageError(f"--wide lays out tables, and {without[0]} prints none", values={"wide": True},
+                           fix=f"drop --wide or {without[0]}")
 
 
 def report_error(exc: Exception, json_out: bool) -> int:

@@ -76,8 +76,11 @@ def test_export_from_python_fails_closed(db, tmp_path) -> None:
 
     done = modperf.export(db, tmp_path / "mla.csv", system="gb300", table="mla_context_module", version="0.27.0")
     assert done.ok and done.rows == 21860 and done.columns[:5] == list(SLOT_COLUMNS)
-    failed = modperf.export(db, tmp_path / "b300.parquet", system="b300_sxm", backend="trtllm", version="1.3.0rc10")
-    assert not failed.written and not (tmp_path / "b300.parquet").exists()
+    root = tmp_path / "root" / "h200_sxm" / "gemm" / "vllm" / "0.24.0"
+    root.mkdir(parents=True)
+    (root / "gemm_perf.parquet").write_bytes(b"not parquet")
+    failed = modperf.export(modperf.open(tmp_path / "root"), tmp_path / "h200.parquet", system="h200_sxm")
+    assert not failed.written and not (tmp_path / "h200.parquet").exists()
     assert [f.kind for f in failed.failures] == ["table_rejected"]
     with pytest.raises(E.UnknownTableError, match="did you mean table mla_context_module"):
         modperf.export(db, tmp_path / "x.csv", system="gb300", table="mla_contxt_module")

@@ -47,7 +47,7 @@ RENDERED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "predict tps": (V3_PREDICT_TPS, ("│ TTFT ms ", "206.7", "│ GPUs ", "not predicted tp=4")),
     "ls": (("ls", "--system", "gb300"), ("61 tables, system gb300", "│ mla_context_module ", "--all lists them")),
     "check": (("check", "--table", "mla_context_module"), ("│ mla_module ", "tables, 107,467 rows checked")),
-    "check failure": (("check", str(NCCL_MISPLACED)), ("FAIL misplaced_table:", "│ collective ")),
+    "check warning": (("check", str(NCCL_MISPLACED)), ("WARN misplaced_table:", "│ collective ")),
     "check quality": (("check", "--quality", "--table", "mla_context_module"), ("│ mla_module ", "quality: ")),
     "coverage": (("coverage", "--system", "gb300", "--table", "mla_context_module"),
                  ("│ mla_context_module ", "a number in parentheses")),
@@ -88,6 +88,16 @@ def _rendered_first() -> None:
 
 def _text(result: subprocess.CompletedProcess) -> str:
     return result.stdout + result.stderr
+
+
+def _path_after(lines: list[str], head: str) -> str:
+    """The path printed under a finding's head line (folded over lines where it is wider)."""
+    at = lines.index(head) + 1
+    parts = []
+    while not lines[at].startswith("    "):
+        parts.append(lines[at])
+        at += 1
+    return "".join(parts)
 
 
 def _flat(text: str) -> str:
@@ -141,16 +151,20 @@ def test_piped_output_without_a_terminal_width_is_whole_and_unpadded() -> None:
     assert lines[0].strip() == "61 tables, system gb300"  # a centred title, without the padding after it
 
 
-def test_a_failure_puts_its_path_on_a_line_of_its_own_and_wraps_the_message() -> None:
-    result = user(*RENDERED["check failure"][0])
-    assert result.returncode == 1
+def test_a_finding_puts_its_path_on_a_line_of_its_own_and_wraps_the_message(tmp_path: Path) -> None:
+    result = user(*RENDERED["check warning"][0])
+    assert result.returncode == 0
     lines = result.stdout.splitlines()
-    at = lines.index("FAIL misplaced_table:")
-    path = "".join(lines[at + 1:at + 3])  # the path, folded at 80 where it is longer
-    assert path.startswith(str(NCCL_MISPLACED)[:160])
-    message = _flat("\n".join(lines[at + 1:]))
-    assert "nccl tables are versioned by the nccl release" in message
-    assert "Fix: move it to b300_sxm/comm/nccl/<the release it measured>/ (2.29.2;" in message
+    assert _path_after(lines, "WARN misplaced_table:") == str(NCCL_MISPLACED)
+    message = _flat("\n".join(lines[lines.index("WARN misplaced_table:") + 1:]).split(".parquet", 1)[1])
+    assert message.startswith("nccl table filed in the trtllm framework folder b300_sxm/comm/trtllm/1.3.0rc10/")
+    broken = _broken_root(tmp_path)
+    failed = user("check", str(broken / "h200_sxm"))
+    assert failed.returncode == 1
+    lines = failed.stdout.splitlines()
+    assert _path_after(lines, "FAIL unreadable:") == str(broken / "h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet")
+    assert any(line.startswith("    cannot read table: Parquet magic bytes not found in footer.") for line in lines)
+    assert all(len(line) <= 80 and line == line.rstrip() for line in lines)
 
 
 def test_the_first_line_of_a_substituted_answer_says_substituted() -> None:
@@ -337,12 +351,31 @@ def test_export_writes_parquet_and_csv_with_the_slot_columns(tmp_path: Path) -> 
     assert wrong.returncode == 2 and "--out must end in .parquet or .csv" in wrong.stderr
 
 
+def _broken_root(tmp_path: Path) -> Path:
+    """A data root of two tables: a real one, and a gemm table file that is not parquet."""
+    root = tmp_path / "root"
+    good = root / "h200_sxm/mla/vllm/0.24.0"
+    good.mkdir(parents=True)
+    (good / "mla_context_module_perf.parquet").write_bytes(
+        (DATA / "h200_sxm/mla/vllm/0.24.0/mla_context_module_perf.parquet").read_bytes())
+    bad = root / "h200_sxm/gemm/vllm/0.24.0"
+    bad.mkdir(parents=True)
+    (bad / "gemm_perf.parquet").write_bytes(b"not a parquet file\n")
+    return root
+
+
 def test_export_fails_closed_when_a_table_fails(tmp_path: Path) -> None:
-    out = tmp_path / "b300.parquet"
-    result = user("export", "--system", "b300_sxm", "--backend", "trtllm", "--version", "1.3.0rc10", "--out", str(out))
+    root = _broken_root(tmp_path)
+    out = tmp_path / "h200.parquet"
+    result = user("export", "--system", "h200_sxm", "--data-root", str(root), "--out", str(out))
     assert result.returncode == 1 and not out.exists()
-    assert "FAIL table_rejected:" in result.stdout
-    assert "nothing written: 1 of" in _flat(result.stdout)
+    assert _path_after(result.stdout.splitlines(), "FAIL table_rejected:") == str(
+        root / "h200_sxm/gemm/vllm/0.24.0/gemm_perf.parquet")
+    assert _flat(result.stdout).endswith("nothing written: 1 of 2 table(s) failed to load (narrow the selection with "
+                                         "--backend, --version or --table to leave them out)")
+    narrowed = user("export", "--system", "h200_sxm", "--data-root", str(root), "--table", "mla_context_module",
+                    "--out", str(out))
+    assert narrowed.returncode == 0 and pq.read_metadata(out).num_rows > 0
 
 
 def test_ls_says_how_many_tables_it_hides() -> None:

@@ -300,7 +300,7 @@ def report_error(exc: Exception, json_out: bool) -> int:
 
 
 def print_failure(failure: E.ModperfError, label: str = "[red]FAIL[/]", indent: int = 0, note: str = "") -> None:
-    """A failure in a report: ``FAIL kind: FILE`` on a line of its own (a path is read and
+    """A failure in a report: ``FAIL kind:``, the file on a line of its own (a path is read and
     copied whole), then what is wrong and the fix, indented and wrapped at the output's width;
     ``note`` follows the kind (markup: escaped by the caller)."""
     from rich.padding import Padding
@@ -308,7 +308,8 @@ def print_failure(failure: E.ModperfError, label: str = "[red]FAIL[/]", indent: 
     head = f"{' ' * indent}{label} [bold]{failure.kind}[/]{escape(note)}"
     text = str(failure)
     if failure.file and text.startswith(failure.file + ": "):
-        console.print(f"{head}: {escape(failure.file)}")
+        console.print(f"{head}:")
+        console.print(escape(failure.file))  # whole on a line of its own (folded only where wider than the output)
         console.print(Padding(escape(text[len(failure.file) + 2:]), (0, 0, 0, indent + 4)))
     else:
         console.print(f"{head}: {escape(text)}")

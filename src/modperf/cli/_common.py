@@ -88,7 +88,6 @@ def emit_json(obj: Any) -> None:
 UNBOUNDED_WIDTH = 100_000
 #: The narrowest width honoured (a COLUMNS below it is taken as this).
 MIN_WIDTH = 20
-_WIDE = {"on": False}
 
 
 def output_width() -> int | None:
@@ -109,7 +108,6 @@ def output_width() -> int | None:
 
 def _fit_width(wide: bool = False) -> None:
     """Lay output out for :func:`output_width` (``--wide``: unbounded, every table whole)."""
-    _WIDE["on"] = bool(wide)
     width = None if wide else output_width()
     for c in (console, err_console):
         c.width = UNBOUNDED_WIDTH if width is None else width
@@ -302,7 +300,7 @@ def report_error(exc: Exception, json_out: bool) -> int:
 def print_failure(failure: E.ModperfError, label: str = "[red]FAIL[/]", indent: int = 0, note: str = "") -> None:
     """A failure in a report: ``FAIL kind:``, the file on a line of its own (a path is read and
     copied whole), then what is wrong and the fix, indented and wrapped at the output's width;
-    ``note`` follows the kind (markup: escaped by the caller)."""
+    ``note`` (plain text) follows the kind."""
     from rich.padding import Padding
 
     head = f"{' ' * indent}{label} [bold]{failure.kind}[/]{escape(note)}"
@@ -310,7 +308,7 @@ def print_failure(failure: E.ModperfError, label: str = "[red]FAIL[/]", indent: 
     if failure.file and text.startswith(failure.file + ": "):
         console.print(f"{head}:")
         console.print(escape(failure.file))  # whole on a line of its own (folded only where wider than the output)
-        console.print(Padding(escape(text[len(failure.file) + 2:]), (0, 0, 0, indent + 4)))
+        console.print(Padding(escape(text[len(failure.file) + 2:]), (0, 0, 0, indent + 4), expand=False))
     else:
         console.print(f"{head}: {escape(text)}")
 

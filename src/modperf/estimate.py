@@ -228,6 +228,22 @@ def _slot_tables(db: Database, system: str, backend: str) -> dict[str, set[str]]
     return by_version
 
 
+def refuse_unknown_version(by_version: Mapping[str, set[str]], system: str, backend: str, version: str | None) -> None:
+    """An OptionValueError listing the versions ``system``/``backend`` holds, where ``version``
+    (a version the user named) is none of them: estimate and predict refuse it alike."""
+    if version is not None and version not in by_version:
+        raise E.OptionValueError(f"{system}/{backend} has no version {E.quote(version)}",
+                                 values={"version": version},
+                                 fix="versions: " + ", ".join(sorted(by_version, key=version_key)))
+
+
+def check_version(db: Database, system: str, backend: str, version: str | None) -> None:
+    """:func:`refuse_unknown_version` over the slots the database holds for system/backend (a
+    system/backend it holds nothing of is an UnknownTableError listing what it holds)."""
+    if version is not None:
+        refuse_unknown_version(_slot_tables(db, system, backend), system, backend, version)
+
+
 def _composes(layer: AttentionLayer, by_version: Mapping[str, set[str]], version: str | None, mla: str) -> bool:
     """An MLA layer is composed where no considered version holds its module tables but one holds
     the kernel, bmm and GEMM tables (``mla="auto"``), or always (``"composed"``, to compare the
@@ -547,8 +563,9 @@ def estimate(
     if unknown:
         raise E.UsageError(f"unknown dtype option(s) {', '.join(unknown)}", values={"dtypes": unknown},
                            fix=f"dtype options are {', '.join(DTYPE_COLUMNS)}")
-    notes: list[str] = []
+    notes: list[str] = [config.resolution] if config.resolution else []
     by_version = _slot_tables(db, system, backend)
+    refuse_unknown_version(by_version, system, backend, version)
     composed = {layer for layer, _ in covered if _composes(layer, by_version, version, mla)}
     tables = _needed_tables(covered, composed)
     versions = _choose_versions(db, system, backend, version, tables, by_version, config.native_heads, notes)

@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING, Any
 from . import errors as E
 from . import limits
 from .deployment import divisors, local_kv_heads, validate_tps
-from .estimate import COMPOSED_MLA_TABLES, DTYPE_COLUMNS, GEMM_TABLE, _choose_versions, _composes, _slot_tables
+from .estimate import (
+    COMPOSED_MLA_TABLES,
+    DTYPE_COLUMNS,
+    GEMM_TABLE,
+    _choose_versions,
+    _composes,
+    _slot_tables,
+    refuse_unknown_version,
+)
 from .families import registry as family_registry
 from .families.custom_allreduce import bus_factor
 from .layers import AttentionLayer, FfnLayer, ffn_schedule, layer_schedule
@@ -331,10 +339,8 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
                 _shard("shared expert width", block.shared_inter, tp, "tp", model)
     by_version = _slot_tables(db, system, backend)
     order = sorted(by_version, key=version_key)
-    if version is not None and version not in by_version:
-        raise E.OptionValueError(f"{system}/{backend} has no version {E.quote(version)}",
-                                 values={"version": version}, fix="versions: " + ", ".join(order))
-    notes: list[str] = []
+    refuse_unknown_version(by_version, system, backend, version)
+    notes: list[str] = [cfg.resolution] if cfg.resolution else []
     covered = [(layer, n) for layer, n, _ in attention if layer.covered]
     composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")
                 or _compose_instead(db, system, backend, layer, by_version, version)}

@@ -22,6 +22,7 @@ from typing import Any
 from . import limits
 from .cache_keys import MODEL_CONFIGS_ENV, config_folders
 from .errors import ModelConfigError, ModelConfigsFolderError, UnknownModelError, quote
+from .model_names import KNOWN_NAMES, known_name
 
 CONFIG_SUFFIX = "_config.json"
 #: Companion files that sit beside configs but are not model configs.
@@ -69,6 +70,9 @@ class ModelConfig:
     #: Weights served in other dtypes than the checkpoint's (``ORG/NAME@...``, see
     #: :meth:`ModelRegistry.get`): replaces :attr:`quantization`.
     served: Quantization | None = None
+    #: Where the name asked is not this config's (a renamed repository, a served variant:
+    #: modperf.model_names): which config answered it and why, for the answer's notes.
+    resolution: str | None = None
 
     @property
     def text(self) -> dict[str, Any]:
@@ -328,6 +332,8 @@ class ModelRegistry:
         if "@" in str(model_id):
             return self._served(str(model_id))
         path = self._paths.get(model_id)
+        if path is None and known_name(str(model_id)) is not None:
+            return self._known(str(model_id))
         if path is None:
             near = self.nearest(model_id)
             raise UnknownModelError(
@@ -341,6 +347,16 @@ class ModelRegistry:
             )
         raw = _read_config(model_id, path)
         config = ModelConfig(model_id, path, raw, self._hf_quant(model_id, path))
+        self._cache[model_id] = config
+        return config
+
+    def _known(self, model_id: str) -> ModelConfig:
+        """A name :mod:`modperf.model_names` resolves: its config (served in the checkpoint's
+        dtype where the entry says so), saying which and why."""
+        target, why = KNOWN_NAMES[model_id]
+        base = self.get(target)
+        config = ModelConfig(base.model_id, base.path, base.raw, base.hf_quant, base.served,
+                             f"{model_id} answered from the bundled config {target} ({why})")
         self._cache[model_id] = config
         return config
 
@@ -364,7 +380,7 @@ class ModelRegistry:
         own = base.quantization
         served = Quantization(dtypes.get("gemm", own.gemm), dtypes.get("moe", own.moe),
                               f"served as {spec} ({model_id}; the checkpoint says: {own.source})")
-        config = ModelConfig(model_id, base.path, base.raw, base.hf_quant, served)
+        config = ModelConfig(model_id, base.path, base.raw, base.hf_quant, served, base.resolution)
         self._cache[model_id] = config
         return config
 

@@ -53,6 +53,10 @@ FIELDS = frozenset(TOP_FIELDS) | {f"{side}_{f}" for side in ("prefill", "decode"
 #: row of the file can be passed as it is.
 IGNORED = frozenset({"silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms", "model"})
 
+#: A deployment as one JSON line (``predict --batch``), the example every fix about one shows.
+DEPLOYMENT_EXAMPLE = ('{"model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "vllm", "mode": "agg", '
+                      '"isl": 2048, "osl": 512, "batch_size": 8, "tp_size": 2}')
+
 _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 #: Bytes a KV-cache element takes: bfloat16, or fp8 where the deployment runs fp8 KV
 #: (docs/serving.md, "Memory").
@@ -175,8 +179,8 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
     """A deployment from silicon_sample.csv columns (module doc); empty fields are left out.
     Every malformed field is a QueryFieldError naming it."""
     if not isinstance(row, Mapping):
-        raise E.QueryFieldError("a deployment is a JSON object of silicon_sample.csv columns", fix="e.g. "
-                                '{"model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "vllm", ...}')
+        raise E.QueryFieldError("a deployment is a JSON object of silicon_sample.csv columns",
+                                fix=f"e.g. {DEPLOYMENT_EXAMPLE}")
     unknown = sorted(k for k in row if k not in FIELDS and k not in IGNORED)
     if unknown:
         raise E.QueryFieldError(f"unknown field(s) {', '.join(map(E.quote, unknown[:8]))}",
@@ -250,6 +254,8 @@ def served_model(db: Database, dep: Deployment, notes: list[str] | None = None) 
     """The model config with the deployment's dtypes (:func:`served_dtypes`): its own id where
     they are the checkpoint's, else the served variant ``ID@gemm=..,moe=..``."""
     config = db.models.get(dep.model)
+    if config.resolution and notes is not None:  # a name the config is not filed under: which answered
+        notes.append(config.resolution)
     own = config.quantization
     gemm, moe, said = served_dtypes(own.gemm, own.moe, dep.gemm_quant, dep.moe_quant)
     if not ffn_has_moe(config):

@@ -745,6 +745,8 @@ class QueryEngine:
         config = self.models.get(str(model)) if model is not None else None
         native_q: int | None = None
         if config is not None:
+            if config.resolution:  # a name the config is not filed under: which config answered
+                notes.append(config.resolution)
             native_q = config.native_heads
             given_native = fields.get("native_heads")
             if given_native is not None and _as_int("native_heads", given_native, None, minimum=1) != native_q:

@@ -12,15 +12,17 @@ from .. import errors as E
 from ..db import Database
 from ..deployment import parse_tps
 from ..estimate import Estimate, TpEstimate, estimate
-from ..model_step import COMPONENTS, OP_KINDS, ModelEstimate, OpCost
+from ..model_step import COMPONENTS, OP_KINDS, ModelEstimate, OpCost, StepCost
 from ._app import app
 from ._common import (
     DataRootOpt,
     JsonOpt,
     ModelConfigsOpt,
+    WideOpt,
     console,
     emit_json,
     handles_errors,
+    print_table,
 )
 
 
@@ -43,9 +45,9 @@ def _kinds(counts: dict[str, int]) -> str:
 def print_estimate(est: Estimate) -> None:
     grid = Table(title=escape(f"{est.model} on {est.system} {est.backend}: attention per prefill and per decode step "
                               f"(batch {est.batch}, isl {est.isl}, osl {est.osl}, prefix {est.prefix})"))
-    grid.add_column("ms", no_wrap=True)
+    grid.add_column("ms")
     for t in est.tps:
-        grid.add_column(f"tp={t.tp}", justify="right", no_wrap=True)
+        grid.add_column(f"tp={t.tp}", justify="right")
 
     def row(label: str, cell) -> None:
         grid.add_row(escape(label), *[cell(t) for t in est.tps])
@@ -71,17 +73,17 @@ def print_estimate(est: Estimate) -> None:
     for i, (label, _, _) in enumerate(labels):
         row(f"{label} kernel (prefill)", lambda t, i=i: _kernel(t, "prefill", i))
         row(f"{label} kernel (decode)", lambda t, i=i: _kernel(t, "decode", i))
-    console.print(grid)
+    print_table(grid, _tp_columns_last_first(grid))
     for t in est.tps:
         for phase, err in (("prefill", t.prefill_error), ("decode", t.decode_error)):
             if err is not None:
-                console.print(f"[red]not covered[/] tp={t.tp} {phase}: {escape(str(err))}", soft_wrap=True)
+                console.print(f"[red]not covered[/] tp={t.tp} {phase}: {escape(str(err))}")
     for t in est.tps:
         for sub in t.substitutions:
-            console.print(f"[yellow]substitution[/] tp={t.tp}: {escape(sub)}", soft_wrap=True)
+            console.print(f"[yellow]substitution[/] tp={t.tp}: {escape(sub)}")
     console.print("versions: " + ", ".join(f"{k} {v}" for k, v in est.versions.items()), style="dim")
     for note in est.notes:
-        console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
+        console.print(f"note: {escape(note)}", style="dim")
 
 
 def print_model_estimate(est: ModelEstimate) -> None:
@@ -90,36 +92,61 @@ def print_model_estimate(est: ModelEstimate) -> None:
     extra = f", moe_ep {par.moe_ep}, attention_dp {par.attention_dp}" if par else ""
     grid = Table(title=escape(f"{est.model} on {est.system} {est.backend}: whole model per prefill and per decode "
                               f"step (batch {est.batch}, isl {est.isl}, osl {est.osl}, prefix {est.prefix}{extra})"))
-    grid.add_column("ms", no_wrap=True)
+    grid.add_column("ms")
     for t in est.tps:
-        grid.add_column(f"tp={t.parallel.tp}", justify="right", no_wrap=True)
+        grid.add_column(f"tp={t.parallel.tp}", justify="right")
+    unpriced = False
     for phase, label in (("prefill", "prefill"), ("decode", f"decode step (kv {est.decode_kv})")):
         for comp in COMPONENTS:
-            grid.add_row(f"{phase} {comp}", *[f"{getattr(t, phase).components[comp]:.4f}" for t in est.tps])
+            cells = [_component(getattr(t, phase), comp) for t in est.tps]
+            unpriced = unpriced or NOT_PRICED in cells
+            grid.add_row(f"{phase} {comp}", *cells)
         grid.add_row(f"[bold]{escape(label)}[/]", *[_model_total(getattr(t, phase).total_ms) for t in est.tps])
         grid.add_row(f"{phase} ops by kind", *[_op_kinds(getattr(t, phase).ops) for t in est.tps])
-    console.print(grid)
+    print_table(grid, _tp_columns_last_first(grid))
+    if unpriced:
+        console.print(f"{NOT_PRICED} = an op of that component could not be priced (not covered, below): the "
+                      "component and the total have no value", style="dim")
     for t in est.tps:
         for phase in ("prefill", "decode"):
             for miss in getattr(t, phase).not_covered:
                 console.print(f"[red]not covered[/] tp={t.parallel.tp} {phase}: {escape(miss['name'])}: "
-                              f"{escape(str(miss['reason']))}", soft_wrap=True)
+                              f"{escape(str(miss['reason']))}")
     versions: dict[str, str] = {}
     for t in est.tps:
         versions.update(t.prefill.versions)
         versions.update(t.decode.versions)
     console.print("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())), style="dim")
     for note in est.notes:
-        console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
+        console.print(f"note: {escape(note)}", style="dim")
+
+
+#: A component an op of which could not be priced: no number (a sum of the rest would read as a cost).
+NOT_PRICED = "—"
+
+
+def _component(step: StepCost, component: str) -> str:
+    if any(op.ms is None and op.component == component for op in step.ops):
+        return NOT_PRICED
+    return f"{step.components[component]:.4f}"
+
+
+def _tp_columns_last_first(grid: Table) -> list[str]:
+    """The tp columns, the last first: what a narrow terminal leaves out (the label never)."""
+    return [str(c.header) for c in grid.columns[1:]][::-1]
 
 
 def _model_total(value: float | None) -> str:
     return f"[bold]{value:.4f}[/]" if value is not None else "[red]partial[/]"
 
 
+#: The op kinds as a narrow cell names them (the JSON has each op's kind in full).
+_SHORT_KINDS = {"interpolated": "interp.", "extrapolated": "extrap.", "not_covered": "not priced"}
+
+
 def _op_kinds(ops: list[OpCost]) -> str:
     counts = {k: sum(op.kind == k for op in ops) for k in OP_KINDS}
-    return ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "-"
+    return ", ".join(f"{n} {_SHORT_KINDS.get(k, k)}" for k, n in counts.items() if n) or "-"
 
 
 def _first(est: Estimate, phase: str) -> list:
@@ -198,6 +225,7 @@ def estimate_command(
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Cost of a model per prefill and per decode step at each tp: every op (--scope model, the
     default) or the attention blocks (--scope attention); docs/estimate.md.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 import typer
@@ -9,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import errors as E
+from ..cache_keys import is_digits
 from ..db import Database
 from ._app import app
 from ._batch import answer_batch, open_batch
@@ -16,9 +18,11 @@ from ._common import (
     DataRootOpt,
     JsonOpt,
     ModelConfigsOpt,
+    WideOpt,
     console,
     emit_json,
     handles_errors,
+    print_table,
 )
 
 
@@ -48,20 +52,22 @@ def parse_extra_fields(args: list[str]) -> dict[str, str]:
 def print_answer(answer: dict[str, Any]) -> None:
     kind = answer["kind"]
     style = {"exact": "green", "interpolated": "cyan", "extrapolated": "yellow"}.get(kind, "white")
-    console.print(f"[bold]{answer['latency_ms']:.6g} ms[/]  [{style}]{kind}[/]")
     if answer.get("substituted_from") is not None:
+        # the first line is the one people copy: it says the native is not the one asked
+        console.print(f"[bold]{answer['latency_ms']:.6g} ms[/]  [bold yellow]substituted (from native "
+                      f"{answer['substituted_from']})[/], [{style}]{kind}[/] at that native")
         console.print(f"[bold yellow]SUBSTITUTED[/]: answered from native bucket {answer['substituted_from']}, not "
-                      f"the native asked ({answer['requested_native']}): {escape(str(answer['substitution']))}",
-                      soft_wrap=True)
+                      f"the native asked ({answer['requested_native']}): {escape(str(answer['substitution']))}")
+    else:
+        console.print(f"[bold]{answer['latency_ms']:.6g} ms[/]  [{style}]{kind}[/]")
     if answer.get("quality"):
         console.print(f"[bold yellow]QUALITY[/]: {len(answer['quality'])} finding(s) of `modperf check --quality` on "
-                      "the measured points this answer stands on:", soft_wrap=True)
+                      "the measured points this answer stands on:")
         for q in answer["quality"]:
             ratio = f"{q['ratio']:,.1f}x" if q.get("ratio") is not None else "-"
-            console.print(f"  {q['kind']} at {q['point']}: {q['latency']:g} ms vs {q['reference']:g} ms ({ratio})",
-                          soft_wrap=True)
+            console.print(f"  {q['kind']} at {q['point']}: {q['latency']:g} ms vs {q['reference']:g} ms ({ratio})")
     grid = Table(show_header=False, box=None, pad_edge=False)
-    grid.add_column(style="dim")
+    grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
     f = answer["fields"]
     slot = f"{answer['system']}/{answer['backend']}/{answer['version']}/{answer['table']}"
@@ -90,7 +96,7 @@ def print_answer(answer: dict[str, Any]) -> None:
                      f"{escape(x['model'])}; measured range {x['measured_range']}")
     for note in answer.get("notes") or ():
         grid.add_row("note", escape(note))
-    console.print(grid)
+    print_table(grid)
 
 
 @app.command("query", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -119,6 +125,7 @@ def query_command(
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Latency of one module shape: give the key columns as --FIELD VALUE (e.g. --batch-size 8 --isl 4096).
 
@@ -142,6 +149,10 @@ def query_command(
     fields = {k: v for k, v in fields.items() if v is not None}
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     if batch is not None:
+        if is_digits(batch) and not os.path.lexists(batch):  # `--batch 4` meant a batch size
+            raise E.QueryFieldError(
+                f"--batch takes a JSON-lines file of queries, and there is no file {E.quote(batch)}",
+                values={"batch": batch}, fix=f"did you mean --batch-size {batch}? (--batch FILE answers a file)")
         failed = answer_batch(db, batch, open_batch(batch), fields)
         raise typer.Exit(1 if failed else 0)
     if table is None:

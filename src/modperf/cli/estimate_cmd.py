@@ -166,7 +166,8 @@ def _native(t: TpEstimate, i: int) -> str:
 @app.command("estimate")
 @handles_errors
 def estimate_command(
-    model: Annotated[str, typer.Option("--model", help="HF model id (its config gives the layers and natives).")],
+    model: Annotated[str, typer.Option("--model", help="HF model id (its config gives the layers and natives; "
+                                                       "ORG/NAME@DTYPE: served in other dtypes).")],
     system: Annotated[str, typer.Option("--system", help="GPU system, e.g. h200_sxm.")],
     backend: Annotated[str, typer.Option("--backend", help="sglang, vllm or trtllm.")],
     isl: Annotated[int, typer.Option("--isl", help="Input (prompt) tokens per sequence.")],

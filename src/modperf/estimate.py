@@ -303,7 +303,14 @@ def refuse_unpriced_dtypes(db: Database, system: str, backend: str, versions: Ma
     (``versions``: table -> version) keys is refused. The dense layers' and the experts' dtypes
     name the dtype the weights are served in (modperf.resolve.SERVED_COLUMNS): any column of the
     same part counts."""
-    keyed = {t: set(db.table(system, backend, v, t).key_names) for t, v in versions.items()}
+    if not chosen:
+        return
+    keyed: dict[str, set[str]] = {}
+    for t, v in versions.items():
+        try:
+            keyed[t] = set(db.table(system, backend, v, t).key_names)
+        except E.ModperfError:
+            continue  # a table that does not load prices nothing (its ops say why)
     for column, value in chosen.items():
         part = SERVED_COLUMNS.get(column)
         columns = {c for c, p in SERVED_COLUMNS.items() if p == part} if part else {column}

@@ -207,10 +207,30 @@ def test_decode_kv_and_the_checkpoint_dtype(db):
     (gen,) = est.tps[0].decode[0].components
     assert gen.fields["step"] == 4096 and gen.fields["gemm_type"] == "fp8_block"
     assert est.dtypes["mla_generation_module"]["gemm_type"] == "fp8_block"
-    # a dtype option that contradicts the checkpoint is refused, not priced
-    with pytest.raises(E.ContradictionError, match="gemm_type=bfloat16 contradicts deepseek-ai/DeepSeek-V3"):
+    assert est.served == {"model": "deepseek-ai/DeepSeek-V3", "gemm": "fp8_block", "moe": "fp8_block",
+                          "checkpoint": {"gemm": "fp8_block", "moe": "fp8_block", "source": "quantization_config: "
+                                         "quant_method fp8, weight_block_size [128, 128]"}}
+    # a dtype is the deployment's choice: the one given wins, and every layer is priced in it
+    bf16 = estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm", tps=[8], isl=2048,
+                    osl=512, batch=8, decode_kv=4096, dtypes={"gemm_type": "bfloat16"})
+    (gen,) = bf16.tps[0].decode[0].components
+    assert gen.fields["gemm_type"] == "bfloat16" and bf16.dtypes["mla_context_module"]["gemm_type"] == "bfloat16"
+    assert bf16.served["model"] == "deepseek-ai/DeepSeek-V3@gemm=bfloat16,moe=fp8_block"
+    assert bf16.notes[0] == ("dtypes chosen: deepseek-ai/DeepSeek-V3 served with its linear layers as bfloat16 (its "
+                             "checkpoint: fp8_block), as deepseek-ai/DeepSeek-V3@gemm=bfloat16,moe=fp8_block")
+    asked = db.query(table="mla_generation_module", system="h200_sxm", backend="vllm", version="0.24.0",
+                     model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=8, step=4096, gemm_type="bfloat16",
+                     kernel_source=gen.kernel_source)
+    assert gen.latency_ms == asked.latency_ms and bf16.tps[0].decode_ms == 61 * asked.latency_ms
+    # the two names of the dense layers' dtype must agree; a dtype no table keys is refused
+    with pytest.raises(E.UsageError, match="gemm_type=bfloat16 and gemm_dtype=fp8_block both name the dtype of "
+                                           "deepseek-ai/DeepSeek-V3's linear layers"):
         estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm", tps=[8], isl=2048,
-                 osl=512, batch=8, dtypes={"gemm_type": "bfloat16"})
+                 osl=512, batch=8, dtypes={"gemm_type": "bfloat16", "gemm_dtype": "fp8_block"})
+    with pytest.raises(E.OptionValueError, match=r"^attn_dtype=fp8: no table this estimate prices "
+                                                 r"\(mla_context_module, mla_generation_module\) keys attn_dtype"):
+        estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm", tps=[8], isl=2048,
+                 osl=512, batch=8, dtypes={"attn_dtype": "fp8"})
 
 
 def test_mla_without_module_tables_is_composed_from_its_parts(db):

@@ -193,7 +193,8 @@ def _native(t: TpEstimate, i: int) -> str:
 @app.command("estimate")
 @handles_errors
 def estimate_command(
-    model: Annotated[str, typer.Option("--model", help="HF model id (its config gives the layers and natives).")],
+    model: Annotated[str, typer.Option("--model", help="HF model id (its config gives the layers and natives; "
+                                                       "ORG/NAME@DTYPE: served in other dtypes).")],
     system: Annotated[str, typer.Option("--system", help="GPU system, e.g. h200_sxm.")],
     backend: Annotated[str, typer.Option("--backend", help="sglang, vllm or trtllm.")],
     isl: Annotated[int, typer.Option("--isl", help="Input (prompt) tokens per sequence.")],
@@ -203,11 +204,21 @@ def estimate_command(
     version: Annotated[str | None, typer.Option(
         "--version", help="Backend version (default: newest that covers the model).")] = None,
     prefix: Annotated[int, typer.Option("--prefix", help="Cached prefix tokens before the prompt.")] = 0,
-    kv_cache_dtype: Annotated[str | None, typer.Option("--kv-cache-dtype")] = None,
-    attn_dtype: Annotated[str | None, typer.Option("--attn-dtype")] = None,
-    mla_dtype: Annotated[str | None, typer.Option("--mla-dtype")] = None,
-    gemm_type: Annotated[str | None, typer.Option("--gemm-type", help="Module projection dtype.")] = None,
-    gemm_dtype: Annotated[str | None, typer.Option("--gemm-dtype", help="GQA projection GEMM dtype.")] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(
+        "--kv-cache-dtype", help="KV cache dtype (default: bfloat16 where measured).")] = None,
+    attn_dtype: Annotated[str | None, typer.Option(
+        "--attn-dtype", help="GQA attention dtype (default: bfloat16 where measured).")] = None,
+    mla_dtype: Annotated[str | None, typer.Option(
+        "--mla-dtype", help="MLA attention dtype (default: bfloat16 where measured).")] = None,
+    gemm_type: Annotated[str | None, typer.Option(
+        "--gemm-type", help="Dtype the dense layers are served in, module projections included "
+                            "(default: the checkpoint's); the same choice as --gemm-dtype.")] = None,
+    gemm_dtype: Annotated[str | None, typer.Option(
+        "--gemm-dtype", help="Dtype the dense layers are served in, as GEMM tables name it (default: the "
+                             "checkpoint's); the same choice as --gemm-type.")] = None,
+    moe_dtype: Annotated[str | None, typer.Option(
+        "--moe-dtype", help="Dtype the routed experts are served in (scope model; default: the "
+                            "checkpoint's).")] = None,
     bmm_dtype: Annotated[str | None, typer.Option("--bmm-dtype", help="MLA bmm dtype (composed MLA layers).")] = None,
     kernel_source: Annotated[list[str] | None, typer.Option(
         "--kernel-source", help="Pin a kernel: TABLE=KERNEL (repeatable).")] = None,
@@ -230,11 +241,16 @@ def estimate_command(
     """Cost of a model per prefill and per decode step at each tp: every op (--scope model, the
     default) or the attention blocks (--scope attention); docs/estimate.md.
 
+    Dtypes are the deployment's choice: each defaults to the checkpoint's (or bfloat16 where the
+    tables measured it) and the one given wins; the model is then served in it, as
+    ORG/NAME@gemm=..,moe=.. (the JSON's "served" says so). A dtype no table of the estimate keys
+    is refused.
+
     Exit 0 when every phase at every tp answered, 1 when some phase is not covered (the rest is
     printed) or nothing is, 2 on usage errors."""
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     dtypes = {"kv_cache_dtype": kv_cache_dtype, "attn_dtype": attn_dtype, "mla_dtype": mla_dtype,
-              "gemm_type": gemm_type, "gemm_dtype": gemm_dtype, "bmm_dtype": bmm_dtype}
+              "gemm_type": gemm_type, "gemm_dtype": gemm_dtype, "moe_dtype": moe_dtype, "bmm_dtype": bmm_dtype}
     est = estimate(db, model=model, system=system, backend=backend, tps=parse_tps(tp), isl=isl, osl=osl, batch=batch,
                    prefix=prefix, decode_kv=decode_kv, version=version, dtypes=dtypes,
                    kernel_sources=_pins(kernel_source), decode_mean=decode_mean, allow_substitute=allow_substitute,

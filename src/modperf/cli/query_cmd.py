@@ -110,7 +110,8 @@ def query_command(
     version: Annotated[str | None, typer.Option("--version", help="Backend version folder (default: the newest "
                                                 "holding the model's native).")] = None,
     model: Annotated[str | None, typer.Option(
-        "--model", help="HF model id; its native heads come from its config.")] = None,
+        "--model", help="HF model id; its native heads come from its config (ORG/NAME@DTYPE: served in "
+                        "other dtypes).")] = None,
     native_heads: Annotated[int | None, typer.Option(
         "--native-heads", help="Native head count (instead of --model).")] = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel size: local heads = native / tp.")] = None,
@@ -130,8 +131,10 @@ def query_command(
     """Latency of one module shape: give the key columns as --FIELD VALUE (e.g. --batch-size 8 --isl 4096).
 
     With --model and --tp the keys the model fixes are derived (heads, kv heads, head_dim, window,
-    op_name, the checkpoint's GEMM dtype); --layer picks the layer kind where a model runs several on
-    one table (e.g. --layer sliding).
+    op_name); --layer picks the layer kind where a model runs several on one table (e.g. --layer
+    sliding). Dtypes are the deployment's choice: each defaults to the checkpoint's (or bfloat16
+    where measured) and the one given wins (--gemm-type bfloat16 serves the model in it, as
+    ORG/NAME@gemm=bfloat16 would).
 
     Exit codes: 0 answered (every line, with --batch), 1 not covered / out of coverage (or any
     batch line failed), 2 usage errors.

@@ -7,10 +7,10 @@ The split is fixed (issue 14; docs/serving.md): a row is **evaluation** when
 re-exports of one measurement counted once) and writes them to
 ``src/modperf/serving_constants.py``; the headline is the evaluation rows.
 
-Model ids of the file that the corpus does not bundle under that name are given to modperf the
-way a user would, as a ``--model-configs`` folder (:data:`USER_CONFIGS`: the bench copies the
-bundled config of the same architecture under the file's id; the row's quant modes say how it is
-served). modperf itself never guesses one id for another.
+Model ids of the file that the corpus does not bundle under that name (a renamed repository, a
+served variant) are asked as the file writes them: modperf resolves each to its bundled config
+(modperf.specs.model_names: a table of known names with their sources, never a guess), and the row's
+quant modes say how it is served.
 
     python bench/silicon.py                       # score every row with the fitted constants
     python bench/silicon.py --fit                 # fit on calibration rows, write the constants, score
@@ -44,7 +44,6 @@ import collections
 import json
 import math
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ import numpy as np
 
 import modperf
 from modperf import errors as E
+from modperf.specs.model_names import KNOWN_NAMES
 from modperf.predict import Priced, deployment_from_row, price, solve
 from modperf.serving import Constants
 from modperf.silicon import question, silicon_rows
@@ -61,27 +61,16 @@ REPO = Path(__file__).resolve().parent.parent
 CONSTANTS_FILE = REPO / "src" / "modperf" / "serving_constants.py"
 
 #: Ids of the file without a bundled config under that name -> the bundled config of the same
-#: architecture (a user's --model-configs folder; the served dtypes come from the row).
-USER_CONFIGS = {
-    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
-    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
-    "zhipuai/GLM-5": "zai-org/GLM-5",
-    "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
-    "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
-}
+#: geometry, for the tool (which is given that config under the file's id); modperf resolves
+#: these names itself (modperf.specs.model_names, the one home of the mapping).
+USER_CONFIGS = {name: target.partition("@")[0] for name, (target, _) in KNOWN_NAMES.items()
+                if name in {"meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-8B-Instruct",
+                            "nvidia/Llama-3.1-8B-Instruct-FP8", "zhipuai/GLM-5", "nvidia/DeepSeek-R1-NVFP4",
+                            "nvidia/Qwen3-32B-NVFP4"}}
 
 #: The best tool's figures on 800 stratified rows, as issue 14 states them (aiconfigurator 0.12.0);
 #: ``--tool`` measures it on the same rows instead.
 TOOL = {"answered": 0.60, "ttft": (0.51, 0.93, -0.41), "tpot": (0.22, 0.74, None)}
-
-
-def user_configs(folder: Path, db: modperf.Database) -> None:
-    for wanted, bundled in USER_CONFIGS.items():
-        if wanted in db.models.ids():
-            continue
-        source = db.models.get(bundled)
-        (folder / (wanted.replace("/", "--") + "_config.json")).write_text(json.dumps(source.raw))
 
 
 def cross_split_twins(rows: list[dict[str, Any]]) -> set[str]:
@@ -361,13 +350,10 @@ def main() -> int:
         rows_priced = rows + [r for r in sample if r["id"] not in listed]
     else:
         rows_priced = rows
-    with tempfile.TemporaryDirectory() as tmp:
-        db = modperf.open()
-        user_configs(Path(tmp), db)
-        db = modperf.open(model_configs=[tmp])
-        start = time.perf_counter()
-        priced = price_all(db, rows_priced)
-        seconds = time.perf_counter() - start
+    db = modperf.open()
+    start = time.perf_counter()
+    priced = price_all(db, rows_priced)
+    seconds = time.perf_counter() - start
     print(f"priced {len(rows_priced)} rows in {seconds:.1f} s ({seconds / len(rows_priced) * 1000:.1f} ms per row)")
     if args.cv:
         cross_validate(rows_priced, priced, db)

@@ -90,6 +90,8 @@ class _Imports:
         self.modules: set[str] = set()
         self.third_party: set[str] = set()
         self.private: list[str] = []
+        #: modperf paths imported that are no module of the tree (an old path, modperf.MOVED)
+        self.stale: list[str] = []
         mods = _modules()
         package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
         tree = ast.parse(path.read_text())
@@ -99,6 +101,8 @@ class _Imports:
                 for alias in node.names:
                     top = alias.name.split(".")[0]
                     if top == "modperf":
+                        if alias.name not in mods:
+                            self.stale.append(alias.name)
                         self._add(alias.name, mods)
                         if alias.asname:
                             bound[alias.asname] = alias.name
@@ -116,8 +120,12 @@ class _Imports:
                     if top and top not in sys.stdlib_module_names and top != "__future__":
                         self.third_party.add(top)
                     continue
+                if base not in mods:
+                    self.stale.append(base)
                 for alias in node.names:
                     full = f"{base}.{alias.name}"
+                    if base == "modperf" and alias.name in _moved():
+                        self.stale.append(full)
                     if full in mods:
                         self._add(full, mods)
                         bound[alias.asname or alias.name] = full
@@ -137,6 +145,13 @@ class _Imports:
             name = name.rsplit(".", 1)[0]
         if name in mods and name != self.module and not self.module.startswith(name + "."):
             self.modules.add(name)
+
+
+@cache
+def _moved() -> dict[str, str]:
+    import modperf
+
+    return modperf.MOVED
 
 
 @cache
@@ -208,6 +223,12 @@ def test_no_import_cycle() -> None:
         if v not in index:
             visit(v)
     assert cycles == []
+
+
+def test_every_import_names_a_module_at_its_home() -> None:
+    """Old module paths still import for one release (modperf.MOVED), but never from src."""
+    found = [f"{m}: {p}" for m, imports in sorted(_graph().items()) for p in imports.stale]
+    assert found == []
 
 
 def test_no_private_name_crosses_modules() -> None:

@@ -24,7 +24,8 @@ import modperf
 from modperf import errors as E
 from modperf.audit.check import check
 from modperf.data import scan_cache
-from modperf.data.catalog import Catalog, embedded_data_root
+from modperf.data.catalog import Catalog
+from modperf.fast.cache_keys import embedded_data_root
 
 FRAMEWORK = ("b300_sxm", "comm", "trtllm", "1.3.0rc10")
 RELEASE = ("b300_sxm", "comm", "nccl", "2.29.2")

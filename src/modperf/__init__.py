@@ -1,4 +1,4 @@
-"""modperf: the performance database for LLM-inference attention modules.
+"""modperf: the performance database for LLM-inference modules.
 
 Every module row carries rank-local ``num_heads`` and ``tp_size``; each table family declares
 how its head axis is keyed; native head counts come from HF configs; loaders fail closed.
@@ -6,6 +6,9 @@ how its head axis is keyed; native head counts come from HF configs; loaders fai
     db = modperf.open()                       # the embedded corpus (or open(data_root=...))
     db.query(table=..., system=..., ...)      # one latency with its provenance
     modperf.check()                           # every declared table, every guard
+    db.table(...).to_arrow()                  # a table's measured points (to_frame(): pandas / polars)
+    modperf.answers_to_arrow(answers)         # query answers, one row each
+    modperf.export(db, "rows.parquet", system=...)   # what `modperf export` writes
 
 The heavier tools live in their modules, imported on use: ``modperf.model.estimate.estimate``,
 ``modperf.audit.migrate.migrate``, ``modperf.audit.writer.open_writer``, ``modperf.audit.dedupe.dedupe``,
@@ -27,12 +30,15 @@ if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
     from typing import Any
 
     from .audit.check import CheckReport, check
+    from .audit.export import export
     from .base import errors
     from .base.errors import ModperfError
     from .data.buckets import KeyedTable
     from .data.catalog import Catalog, TableRef
     from .data.families import Family, Tier, family_of, registry
+    from .data.frames import answers_to_arrow, to_frame
     from .data.loader import Loaded, Scope, load_one, load_table
+    from .fast.lattice import KINDS
     from .query.db import Database, open  # noqa: A004  (modperf.open shadows the builtin by design)
     from .specs.models import ModelConfig, ModelRegistry
 
@@ -43,6 +49,7 @@ _HOMES = {
     "Family": "data.families", "Tier": "data.families", "family_of": "data.families", "registry": "data.families",
     "Loaded": "data.loader", "Scope": "data.loader", "load_one": "data.loader", "load_table": "data.loader",
     "ModelConfig": "specs.models", "ModelRegistry": "specs.models", "ModperfError": "base.errors",
+    "KINDS": "fast.lattice", "answers_to_arrow": "data.frames", "to_frame": "data.frames", "export": "audit.export",
 }
 
 #: Module paths of the flat layout before the stage packages (0.1) -> their homes now. Importing
@@ -68,10 +75,9 @@ MOVED = {
 }
 
 __all__ = [
-    "Catalog", "CheckReport", "Database", "Family", "KeyedTable", "Loaded", "ModelConfig", "ModelRegistry",
-    "ModperfError", "Scope", "TableRef", "Tier", "__version__", "check", "errors", "family_of", "load_one",
-    "load_table", "open",
-    "registry",
+    "KINDS", "Catalog", "CheckReport", "Database", "Family", "KeyedTable", "Loaded", "ModelConfig", "ModelRegistry",
+    "ModperfError", "Scope", "TableRef", "Tier", "__version__", "answers_to_arrow", "check", "errors", "export",
+    "family_of", "load_one", "load_table", "open", "registry", "to_frame",
 ]
 
 
@@ -125,12 +131,11 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """The package's module type: ``modperf.audit.check`` stays the function.
+    """The package's module type: ``modperf.check`` stays the function.
 
-    Importing a submodule binds it on its package under its name; the submodule
-    ``modperf.audit.check`` would then replace the function ``modperf.audit.check`` (the package imported it
-    eagerly before, and rebound the name after). Bound now on first use, the function is bound in
-    the submodule's place instead."""
+    Importing a module binds it on its package under its name: importing the old path
+    ``modperf.check`` (:data:`MOVED`) would bind the module :mod:`modperf.audit.check` over the
+    function ``modperf.check``; the function is bound in its place instead."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "check" and isinstance(value, types.ModuleType):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import run_cli, strict_json
 
-from modperf.data.catalog import embedded_data_root
+from modperf.fast.cache_keys import embedded_data_root
 
 MISPLACED = ("b300_sxm", "comm", "trtllm", "1.3.0rc10", "nccl_perf.parquet")
 PLACED = ("b300_sxm", "comm", "nccl", "2.29.2", "nccl_perf.parquet")
@@ -40,7 +40,7 @@ def test_the_embedded_corpus_checks_clean_with_one_warning() -> None:
     text = words(done.stdout)
     assert "FAIL" not in text
     assert re.search(r" 736 tables, 12,586,413 rows checked in \d+\.\d s: clean, 1 warning$", text)
-    assert (f"WARN misplaced_table: {misplaced}: nccl table filed in the trtllm framework folder "
+    assert (f"WARN misplaced_table: {misplaced} nccl table filed in the trtllm framework folder "
             "b300_sxm/comm/trtllm/1.3.0rc10/: its rows record release 2.29.2, whose own file answers that release: "
             "this file is not served (it re-measures 504 of that file's keys and holds none that file lacks; median "
             "latency ratio, this file to that one: 0.998)") in text
@@ -50,7 +50,7 @@ def test_the_embedded_corpus_checks_clean_with_one_warning() -> None:
     strict = run(["check", "--strict"])
     assert strict.returncode == 1
     text = words(strict.stdout)
-    assert f"FAIL misplaced_table (a warning; --strict): {misplaced}: " in text and "WARN" not in text
+    assert f"FAIL misplaced_table (a warning; --strict): {misplaced} " in text and "WARN" not in text
     assert text.endswith(": 1 failure(s) (1 warning failed by --strict)")
 
 
@@ -86,7 +86,7 @@ def test_a_users_root_with_the_misplaced_file_behaves_the_same(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     text = words(done.stdout)
     target = tmp_path / "b300_sxm" / "comm" / "nccl" / "2.29.2"
-    assert (f"WARN misplaced_table: {file}: nccl table filed in the trtllm framework folder "
+    assert (f"WARN misplaced_table: {file} nccl table filed in the trtllm framework folder "
             "b300_sxm/comm/trtllm/1.3.0rc10/: its rows record release 2.29.2, so it is served as b300_sxm/nccl/2.29.2 "
             "(every answer from it names this file)") in text
     assert f"Fix: move it where it belongs: mkdir -p {target} && mv {file} {target}/" in text

@@ -561,6 +561,31 @@ class Catalog:
             and (wanted is None or r.table in wanted)
         ]
 
+    def refuse_unknown(self, *, system: str | None = None, backend: str | None = None,
+                       version: str | None = None, table: str | None = None) -> None:
+        """An UnknownTableError where a filter names a system, a backend (of that system), a
+        version (of those) or a table (of those) that nothing under the root has: a filter matching nothing is a
+        typo, never an empty answer. The fix names the nearest names (:func:`suggest`)."""
+        from .versions import version_key
+
+        refs = [*self.files, *self.slots]
+        given: dict[str, str] = {}
+        for name, value in (("system", system), ("backend", backend), ("version", version), ("table", table)):
+            if value is None:
+                continue
+            known = {str(getattr(r, name)) for r in refs if getattr(r, name) is not None}
+            if value not in known:
+                near = suggest(value, known)
+                within = "".join(f" {k}={v}" for k, v in given.items())
+                listed = sorted(known, key=version_key) if name == "version" else sorted(known)
+                raise E.UnknownTableError(
+                    f"no {name} {E.quote(value)} under {self.root}" + (f" for{within}" if within else ""),
+                    values={**given, name: value},
+                    fix=(f"did you mean {name} {', '.join(near)}? " if near else "")
+                    + f"{name}s: {', '.join(listed[:16])}" + (" ..." if len(listed) > 16 else ""))
+            given[name] = value
+            refs = [r for r in refs if getattr(r, name) == value]
+
     def slot(self, system: str, backend: str, version: str, table: str) -> TableRef | None:
         # an index by slot (the first ref of each, as a scan would find), rebuilt when the list
         # of slots is replaced or changes length: every query asks, so a scan of ~600 refs
@@ -588,6 +613,14 @@ class Catalog:
                 f"no tables for system={system} backend={backend}", values={"system": system, "backend": backend},
                 fix="available: " + ", ".join(f"{s}/{b}" for s, b in have))
         return by_version
+
+
+def suggest(value: str, known: Iterable[str], count: int = 3) -> list[str]:
+    """The known names a mistyped ``value`` probably meant (close spellings, nearest first):
+    every "did you mean" about a system, backend, version or table."""
+    import difflib  # on use: only an unknown name needs suggestions
+
+    return difflib.get_close_matches(str(value), sorted(set(known)), n=count)
 
 
 def _walk_tables(folder: Path, problems: list[E.ModperfError]) -> list[Path]:

@@ -61,6 +61,7 @@ def list_tables(
     a framework folder that is not served). The parts of the data root that could not
     be read or trusted (``Catalog.problems``) are added to ``problems`` when given."""
     catalog = Catalog.scan(data_root)
+    catalog.refuse_unknown(system=system, backend=backend, version=version, table=table)
     slots = catalog.select(system=system, backend=backend, version=version, table=table, physical=False)
     if problems is not None:  # the same with and without --json: a malformed sidecar is listed either way
         problems.extend(catalog.problems)

@@ -13,8 +13,8 @@ model's attention tables (``estimate``), a whole engine step (``estimate --scope
 
 1. **A version named** is read where the system and backend hold it; one they do not hold at
    all is refused, naming the versions they hold. A table the named version lacks is read from
-   the version nearest it in release order that holds the table (a tie: the newer), and a note
-   says so.
+   the version nearest it in release order that holds the table and answers the question (a
+   tie: the newer; where none answers, the nearest holding it), and a note says so.
 2. **No version named**: the newest version holding every table and answering the question
    (``answers``: e.g. its module tables measured the model's native head count). Where none
    answers, the newest version holding every table, with a note; where no version holds every
@@ -70,19 +70,21 @@ def nearest(order: Sequence[str], holding: Sequence[str], anchor: str) -> str:
 def refuse_unknown(where: str, version: str, held: Iterable[str]) -> E.OptionValueError:
     """The refusal of a version the slot does not hold at all (step 1 of the policy)."""
     held = sorted(held, key=version_key)
-    return E.OptionValueError(f"{where} has no version {E.quote(version)}",
-                              values={"version": version, "versions": held},
+    return E.OptionValueError(f"{where} has no version {E.quote(version)}", values={"version": version},
                               fix="versions: " + ", ".join(held) if held else "omit --version")
 
 
 def choose_versions(where: str, by_version: Mapping[str, set[str]], tables: Sequence[str], requested: str | None,
-                    answers: Callable[[str], bool] | None, notes: list[str], *,
+                    answers: Callable[[str, str], bool] | None, notes: list[str], *,
                     answering: str = "answers the question") -> dict[str, str]:
     """The version of each of ``tables`` a question reads (the policy, steps 1 and 2), from
-    ``by_version`` (version -> the tables a system and backend hold at it). ``answers(version)``
-    says whether a version holding every table answers the question (None: any does), and
-    ``answering`` what that means, for the note when none does; ``where`` names the system and
-    backend in messages; ``notes`` receives what the choice says."""
+    ``by_version`` (version -> the tables a system and backend hold at it). ``answers(table,
+    version)`` says whether a version's table answers the question (None: any does), and
+    ``answering`` what a version answering every table means, for the note when none does;
+    ``where`` names the system and backend in messages; ``notes`` receives what the choice says."""
+    def answer(table: str, version: str) -> bool:
+        return answers is None or answers(table, version)
+
     if requested is not None:
         if requested not in by_version:
             raise refuse_unknown(where, requested, by_version)
@@ -93,7 +95,8 @@ def choose_versions(where: str, by_version: Mapping[str, set[str]], tables: Sequ
             if not holding:
                 raise E.NotCoveredError(f"no {where} version holds a {t} table", values={"table": t},
                                         fix=f"see `modperf ls --system {where.split('/')[0]}`")
-            chosen[t] = nearest(order, holding, requested)
+            answering_t = [v for v in holding if v == requested or answer(t, v)]
+            chosen[t] = nearest(order, answering_t or holding, requested)
         borrowed = sorted(f"{t} {v}" for t, v in chosen.items() if v != requested)
         if borrowed:
             notes.append(f"version {requested} has no {', '.join(t for t in tables if chosen[t] != requested)} "
@@ -102,7 +105,7 @@ def choose_versions(where: str, by_version: Mapping[str, set[str]], tables: Sequ
     newest = newest_first(by_version)
     complete = [v for v in newest if all(t in by_version[v] for t in tables)]
     for v in complete:
-        if answers is None or answers(v):
+        if all(answer(t, v) for t in tables):
             return {t: v for t in tables}
     if complete:
         notes.append(f"no {where} version {answering}; using the newest complete version, {complete[0]}")

@@ -45,10 +45,17 @@ from ..base import limits
 from ..data.families import registry as family_registry
 from ..data.families.base import Family
 from ..query.interp import EXACT, EXTRAPOLATED, INTERPOLATED, KIND_NAMES, REFUSED
-from ..query.resolve import layer_kinds
+from ..query.resolve import SERVED_COLUMNS, layer_kinds, serve, served_note
 from ..specs.layers import AttentionLayer, LayerSchedule, layer_schedule
 from ..specs.shard import divisors, local_heads, validate_tps
-from .tables import COMPOSED_MLA_TABLES, DTYPE_COLUMNS, GEMM_TABLE, composes, versions_for_native
+from .tables import (
+    COMPOSED_MLA_TABLES,
+    DTYPE_COLUMNS,
+    GEMM_TABLE,
+    composes,
+    refuse_unpriced_dtypes,
+    versions_for_native,
+)
 
 if TYPE_CHECKING:
     from ..query.db import Database
@@ -177,6 +184,8 @@ class Estimate:
     notes: list[str]
     seconds: float = 0.0
     decode_rule: str = ""
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     @property
     def uncovered(self) -> list[tuple[AttentionLayer, int]]:
@@ -192,7 +201,7 @@ class Estimate:
             "model": self.model, "system": self.system, "backend": self.backend, "native_heads": self.native_heads,
             "isl": self.isl, "osl": self.osl, "batch": self.batch, "prefix": self.prefix,
             "decode_kv": self.decode_kv, "decode_rule": self.decode_rule, "complete": self.complete,
-            "dtypes": self.dtypes, "versions": self.versions,
+            "dtypes": self.dtypes, "served": self.served, "versions": self.versions,
             "layers": [{"label": layer.label, "name": layer.name, "count": n, "family": layer.family,
                         "covered": layer.covered, "note": layer.note} for layer, n in self.schedule.groups()],
             "not_included": [{"label": layer.label, "count": n, "reason": layer.note} for layer, n in self.uncovered],
@@ -466,16 +475,26 @@ def estimate(
     if mla not in ("auto", "module", "composed"):
         raise E.UsageError(f"mla must be auto, module or composed, not {mla!r}", values={"mla": mla},
                            fix="auto composes MLA layers only where no module table exists")
-    chosen_dtypes = {k: v for k, v in (dtypes or {}).items() if v is not None}
+    chosen_dtypes = {k: str(v) for k, v in (dtypes or {}).items() if v is not None}
+    if "moe_dtype" in chosen_dtypes:
+        raise E.UsageError("moe_dtype applies to scope model only: the attention blocks hold no experts",
+                           values={"moe_dtype": chosen_dtypes["moe_dtype"], "scope": scope},
+                           fix="pass --scope model, or drop --moe-dtype")
     unknown = sorted(set(chosen_dtypes) - set(DTYPE_COLUMNS))
     if unknown:
         raise E.UsageError(f"unknown dtype option(s) {', '.join(unknown)}", values={"dtypes": unknown},
                            fix=f"dtype options are {', '.join(DTYPE_COLUMNS)}")
-    notes: list[str] = []
+    notes: list[str] = [config.resolution] if config.resolution else []
+    # the dense layers' dtype is the deployment's choice: the model served in it (modperf.query.resolve.serve)
+    config = serve(db.models, config, chosen_dtypes)
     by_version = db.catalog.tables_by_version(system, backend)
     composed = {layer for layer, _ in covered if composes(layer, by_version, version, mla)}
     tables = _needed_tables(covered, composed)
     versions = versions_for_native(db, system, backend, by_version, tables, version, config.native_heads, notes)
+    refuse_unpriced_dtypes(db, system, backend, versions, chosen_dtypes)
+    served = served_note(config)
+    if served is not None:
+        notes.append(served)
     unknown_pins = sorted(set(kernel_sources or {}) - set(tables))
     if unknown_pins:
         raise E.OptionValueError(
@@ -484,7 +503,8 @@ def estimate(
     if not isinstance(config.get("hidden_size"), int):  # in its range where present (checked on reading)
         raise E.ModelConfigError(f"config of {model} has no hidden_size", file=config.path,
                                  fix="add hidden_size to the config")
-    est = _Estimator(db, config=config, system=system, backend=backend, versions=versions, dtypes=chosen_dtypes,
+    est = _Estimator(db, config=config, system=system, backend=backend, versions=versions,
+                     dtypes={k: v for k, v in chosen_dtypes.items() if k not in SERVED_COLUMNS},
                      kernel_sources=dict(kernel_sources or {}), allow_substitute=allow_substitute)
     kv = decode_kv if decode_kv is not None else isl + osl // 2
     decode_rule = (f"one decode step at kv length {kv} (decode_kv)" if decode_kv is not None
@@ -525,4 +545,5 @@ def estimate(
     for layer, n in uncovered:
         notes.append(f"not included: {n} {layer.label} layer(s) ({layer.note})")
     return Estimate(model, system, backend, config.native_heads, isl, osl, batch, prefix, kv, est.used_dtypes,
-                    versions, schedule, results, notes, time.perf_counter() - start, decode_rule)
+                    versions, schedule, results, notes, time.perf_counter() - start, decode_rule,
+                    config.dtypes_served())

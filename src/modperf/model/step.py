@@ -27,11 +27,18 @@ from ..base import limits
 from ..data.families import registry as family_registry
 from ..data.families.custom_allreduce import bus_factor
 from ..data.versions import nearest, refuse_unknown, version_key
-from ..query.resolve import layer_kinds
+from ..query.resolve import SERVED_COLUMNS, layer_kinds, serve, served_note
 from ..specs.layers import AttentionLayer, FfnLayer, ffn_schedule, layer_schedule
 from ..specs.roofline import GpuSpec, gpu_spec
 from ..specs.shard import divisors, local_kv_heads, validate_tps
-from .tables import COMPOSED_MLA_TABLES, DTYPE_COLUMNS, GEMM_TABLE, composes, versions_for_native
+from .tables import (
+    COMPOSED_MLA_TABLES,
+    DTYPE_COLUMNS,
+    GEMM_TABLE,
+    composes,
+    refuse_unpriced_dtypes,
+    versions_for_native,
+)
 
 if TYPE_CHECKING:
     from ..query.db import Database
@@ -180,6 +187,8 @@ class StepCost:
     #: Of ``notes``, those saying that a table was served from the framework folder it was filed
     #: in (a misplaced library table): what every answer priced with it carries (predict).
     served_from: list[str] = field(default_factory=list)
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -208,7 +217,7 @@ class StepCost:
             "decode": None if self.decode is None else vars(self.decode).copy(),
             "total_ms": self.total_ms, "complete": self.complete, "components": self.components,
             "ops": [op.to_dict() for op in self.ops], "not_covered": self.not_covered,
-            "versions": dict(self.versions), "notes": list(self.notes),
+            "versions": dict(self.versions), "notes": list(self.notes), "served": self.served,
         }
 
 
@@ -301,7 +310,9 @@ _PLAN_LOCK = threading.Lock()
 
 def _plan(db: Database, model: str, system: str, backend: str, parallel: Parallel, version: str | None,
           dtypes: Mapping[str, str]) -> _Plan:
-    cfg = db.models.get(model)
+    # the weights' dtypes are the deployment's choice: the model served in them (modperf.query.resolve.serve)
+    asked = db.models.get(model)
+    cfg = serve(db.models, asked, dtypes)
     schedule = layer_schedule(cfg)
     attention = _groups(schedule.layers)
     ffn = _groups(ffn_schedule(cfg))
@@ -325,7 +336,7 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
     order = sorted(by_version, key=version_key)
     if version is not None and version not in by_version:
         raise refuse_unknown(f"{system}/{backend}", version, order)
-    notes: list[str] = []
+    notes: list[str] = [asked.resolution] if asked.resolution else []
     covered = [(layer, n) for layer, n, _ in attention if layer.covered]
     composed = {layer for layer, _ in covered if composes(layer, by_version, version, "auto")
                 or _compose_instead(db, system, backend, layer, by_version, version)}
@@ -368,8 +379,12 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
     nccl = None
     if nccl_versions:
         nccl = gpu.nccl_version if gpu.nccl_version in nccl_versions else nccl_versions[-1]
+    refuse_unpriced_dtypes(db, system, backend, versions, dtypes)
+    served = served_note(cfg)
+    if served is not None:
+        notes.append(served)
     return _Plan(db, cfg, system, backend, parallel, gpu, attention, ffn, len(schedule.layers), composed, versions,
-                 missing, nccl, dict(dtypes), notes, hidden, vocab)
+                 missing, nccl, {k: v for k, v in dtypes.items() if k not in SERVED_COLUMNS}, notes, hidden, vocab)
 
 
 def _compose_instead(db: Database, system: str, backend: str, layer: AttentionLayer,
@@ -402,7 +417,7 @@ def _compose_instead(db: Database, system: str, backend: str, layer: AttentionLa
 def plan_for(db: Database, *, model: str, system: str, backend: str, parallel: Parallel, version: str | None = None,
              dtypes: Mapping[str, str] | None = None) -> _Plan:
     """The cached plan of one (model, system, backend, parallel, version, dtypes)."""
-    chosen = {k: v for k, v in (dtypes or {}).items() if v is not None}
+    chosen = {k: str(v) for k, v in (dtypes or {}).items() if v is not None}
     unknown = sorted(set(chosen) - set(STEP_DTYPE_COLUMNS))
     if unknown:
         raise E.UsageError(f"unknown dtype option(s) {', '.join(unknown)}", values={"dtypes": unknown},
@@ -748,12 +763,13 @@ class _Pricer:
             "topk": block.topk, "num_experts": block.experts, "moe_tp_size": par.moe_tp_size,
             "moe_ep_size": par.moe_ep}
         quant = plan.config.quantization.moe
-        if quant is not None and "moe_dtype" not in plan.dtypes:
+        if quant is not None:
             fields["moe_dtype"] = quant
         self.op(f"{name} experts", "moe", count, "moe", fields)
-        if self.ops[-1].ms is None and quant in MXFP4_KERNELS:
+        if self.ops[-1].ms is None and quant in MXFP4_KERNELS and quant == plan.config.checkpoint.moe:
             # an mxfp4 checkpoint runs on whichever mxfp4 kernel the backend has for the GPU
-            # (activations in bf16 on Hopper, in mxfp8 on Blackwell): the weights are the same
+            # (activations in bf16 on Hopper, in mxfp8 on Blackwell): the weights are the same (a
+            # kernel named as the deployment's choice is kept: its miss is the answer)
             missed = self.ops.pop()
             for other in MXFP4_KERNELS:
                 if other != quant:
@@ -914,7 +930,7 @@ def step_cost(db: Database, *, model: str, system: str, backend: str, parallel: 
         if op.table is not None and op.version is not None:
             versions.setdefault(op.table, op.version)  # nccl / oneccl tables live under their library only
     return StepCost(plan.model, system, backend, parallel, prefill, decode, pricer.ops, versions,
-                    [*plan.notes, *pricer.notes], pricer.served_from)
+                    [*plan.notes, *pricer.notes], pricer.served_from, served=plan.config.dtypes_served())
 
 
 # --- estimate --scope model -----------------------------------------------------------------
@@ -953,6 +969,8 @@ class ModelEstimate:
     tps: list[ModelTpEstimate]
     notes: list[str]
     seconds: float = 0.0
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -962,8 +980,8 @@ class ModelEstimate:
         return {"scope": "model", "model": self.model, "system": self.system, "backend": self.backend,
                 "isl": self.isl, "osl": self.osl, "batch": self.batch, "prefix": self.prefix,
                 "decode_kv": self.decode_kv, "decode_rule": self.decode_rule, "complete": self.complete,
-                "components": list(COMPONENTS), "tps": [t.to_dict() for t in self.tps], "notes": self.notes,
-                "seconds": round(self.seconds, 4)}
+                "components": list(COMPONENTS), "served": self.served, "tps": [t.to_dict() for t in self.tps],
+                "notes": self.notes, "seconds": round(self.seconds, 4)}
 
 
 def model_estimate(db: Database, *, model: str, system: str, backend: str, tps: Iterable[int], isl: int, osl: int,
@@ -991,7 +1009,7 @@ def model_estimate(db: Database, *, model: str, system: str, backend: str, tps: 
             if note not in notes:
                 notes.append(note)
     return ModelEstimate(model, system, backend, isl, osl, batch, prefix, kv, rule, results, notes,
-                         time.perf_counter() - start)
+                         time.perf_counter() - start, results[0].prefill.served if results else {})
 
 
 __all__ = ["COMPONENTS", "OP_KINDS", "DecodePart", "ModelEstimate", "ModelTpEstimate", "OpCost", "Parallel", "SeqChunk",

@@ -201,7 +201,7 @@ def test_help_reads_as_text() -> None:
     assert "The performance database for LLM-inference modules: measured latency tables," in top.stdout
     assert "Also draw a heatmap (needs the [plot] extra)." in _flat(coverage.stdout)
     # a paragraph is re-wrapped to the width, not broken where the docstring's lines end
-    assert "head_dim, window, op_name, the checkpoint's GEMM dtype" in query.stdout
+    assert "--layer picks the layer kind where a model runs\n  several on one table (e.g. --layer sliding)" in query.stdout
     assert "export" in top.stdout
 
 

@@ -510,11 +510,16 @@ class QueryEngine:
             if value is None:
                 value = plan.fixed.get(name)
                 if value is None:
+                    _check_names(fields)  # (as below)
                     keyed_help = keyed_help or self.store.table(*_slot_of(plan.template))
                     raise E.QueryFieldError(
                         f"missing field {name!r}", values={"field": name, "table": plan.template.table},
                         fix=_field_help(keyed_help))
             elif type(value) is not int or value not in limits.range_of(name):
+                # a value that is not a scalar is refused as a fresh resolution refuses it (the
+                # plan cache must not change a line's error: a batch's lines answer alike
+                # whether or not an earlier line resolved their plan)
+                _check_names(fields)
                 value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
             point.append(value)
         return point

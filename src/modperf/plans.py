@@ -293,6 +293,11 @@ class PlanStore:
             self._context = (frozenset(found[1]),) if type(found) is tuple and found[0] == self.code() else ()
         return self._context[0] if self._context else None
 
+    def axis_names(self) -> frozenset[str] | None:
+        """The query fields that are interpolation axes (the point, not the plan), as the
+        plans of this code were written with; None where none was written."""
+        return self._context_names()
+
     def _names(self, names: tuple[Any, ...]) -> tuple[Callable[[Mapping[str, Any]], tuple[Any, ...]],
                                                        dict[Any, StoredPlan | None]] | None:
         """For one tuple of field names: how to read the values of the fields that are not
@@ -321,6 +326,15 @@ class PlanStore:
     def answer(self, fields: Mapping[str, Any], quality: bool) -> Answer | None:
         """The answer from a persisted plan, or None where there is none that holds for these
         fields (the engine answers then)."""
+        plan = self.plan_for(fields)
+        if plan is None:
+            return None
+        found = self.answer_with(plan, fields, quality)
+        return None if found is None else found[0]
+
+    def plan_for(self, fields: Mapping[str, Any]) -> StoredPlan | None:
+        """The persisted plan that holds for these fields (their names in order, and the values
+        and types of those that are not axes), or None (read once per process and key)."""
         names = tuple(fields)
         by_names = self._by_names.get(names) or self._names(names)
         if by_names is None:
@@ -329,16 +343,21 @@ class PlanStore:
         values = getter(fields)
         key = (values, tuple(map(type, values)))
         try:
-            plan = plans[key]
+            return plans[key]
         except KeyError:
             if len(plans) >= self.MEMO:
                 plans.clear()
             file_key = self._file_key(values)
             plan = plans[key] = None if file_key is None else self._load(names, file_key)
+            return plan
         except TypeError:  # an unhashable value
             return None
-        if plan is None:
-            return None
+
+    @staticmethod
+    def answer_with(plan: StoredPlan, fields: Mapping[str, Any], quality: bool) -> tuple[Answer, list[int]] | None:
+        """(the answer, its point) from ``plan`` (:meth:`plan_for` these fields; only their
+        axis values are read), or None where the engine is to answer (a point the plan leaves
+        to it, quality notes the plan's writer did not look up)."""
         notes = quality and plan.quality != "none"
         if notes and plan.quality != "notes":
             return None
@@ -351,7 +370,7 @@ class PlanStore:
         answer, _, point = found
         if notes:
             answer.quality = quality_notes(plan, plan.quality_found, point, answer.kind == "exact")
-        return answer
+        return answer, point
 
     def _path(self, names: tuple[Any, ...], key: Any) -> str:
         name = _digest_text(self.code(), self._where, self.config_folders, names, key)

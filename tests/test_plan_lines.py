@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tests.helpers import REPO, point_fields, run_cli
-from tests.test_query_lines import MSA, SLOTS, mixed_batch
+from tests.test_query_lines import AWKWARD, MSA, SLOTS, mixed_batch
 
 import modperf
 from modperf import batch as batch_module
 from modperf.batch import read_lines, run_chunks
-from modperf.plan_lines import PlanLines
+from modperf.plan_lines import PLAN_LINES, batch_answerer
 from modperf.query import QueryEngine
 from modperf.query_lines import LineAnswerer
 
@@ -62,9 +62,10 @@ def _cli(argv: list[str], stdin: bytes | None = None) -> subprocess.CompletedPro
 
 
 def _in_process(data: bytes, chunk: int, shapes: bool = True) -> tuple[bytes, collections.Counter]:
-    """The batch answered in this process as the command line answers it (plans first, the
-    engine for the rest; the engine alone where no plan was ever written), and how many lines
-    went to the engine (``lines``) and whether it was started (``started``)."""
+    """The batch answered in this process as the command line answers it (a short batch from
+    plans first, the engine for the rest; the engine alone for a long batch or where no plan
+    was ever written), and how many lines went to the engine (``lines``) and whether it was
+    started (``started``)."""
     db = modperf.open()
     count: collections.Counter = collections.Counter()
 
@@ -85,26 +86,36 @@ def _in_process(data: bytes, chunk: int, shapes: bool = True) -> tuple[bytes, co
         answerer.answer, answerer.answer_shaped = counted, counted_shaped  # type: ignore[method-assign]
         return answerer
 
-    answerer = PlanLines.open(db.plans, engine_lines) or engine_lines()  # (as the command line)
+    answerer, source = batch_answerer(db.plans, engine_lines, read_lines(io.BytesIO(data)))
     options = {}
     if shapes:
         options = {"shapes": batch_module.LineShapes(answerer.free, learn_at=1, learn_per_chunk=1 << 20),
                    "answer_shaped": answerer.answer_shaped}
-    chunks = run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=chunk, **options)
+    chunks = run_chunks(source, answerer.answer, chunk=chunk, **options)
     return b"".join(line.encode() + b"\n" for c in chunks for _, line in c), count
+
+
+def short_mixed_batch(db: modperf.Database) -> bytes:
+    """The plan batch among part of the mixed batch (every kind of line: answered, extrapolated,
+    refused, lane tables, errors, malformed) and the awkward lines: shorter than PLAN_LINES,
+    so that the plans answer what they hold and the engine the rest."""
+    rng = np.random.default_rng(29)
+    lines = [*plan_batch(db).splitlines(), *mixed_batch(db).splitlines()[:2500], *AWKWARD]
+    assert len(lines) < PLAN_LINES
+    return b"\n".join(lines[i] for i in rng.permutation(len(lines))) + b"\n"
 
 
 @pytest.fixture(scope="module")
 def batches(db: modperf.Database, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, bytes]]:
-    """The mixed batch (every kind of line: answered, extrapolated, refused, errors, malformed)
-    and the plan batch, each with its answers without the cache (``--no-cache``)."""
+    """The plan batch, a short mixed batch and the mixed batch (longer than PLAN_LINES), each
+    with its answers without the cache (``--no-cache``)."""
     folder = tmp_path_factory.mktemp("batches")
     out = {}
-    for name, data in (("mixed", mixed_batch(db)), ("plans", plan_batch(db))):
+    for name, data in (("mixed", mixed_batch(db)), ("short", short_mixed_batch(db)), ("plans", plan_batch(db))):
         path = folder / f"{name}.jsonl"
         path.write_bytes(data)
         reference = run_cli(["--no-cache", "query", "--batch", str(path)], timeout=300)
-        assert reference.returncode == (1 if name == "mixed" else 0), reference.stderr[-2000:]
+        assert reference.returncode == (0 if name == "plans" else 1), reference.stderr[-2000:]
         out[name] = (path, reference.stdout.encode())
     return out
 
@@ -120,12 +131,12 @@ def test_the_plan_batch_is_answered_and_noted(batches: dict[str, tuple[Path, byt
 
 
 def test_a_batch_from_plans_writes_the_no_cache_bytes(batches: dict[str, tuple[Path, bytes]], cache_dir: Path) -> None:
-    for name in ("plans", "mixed"):  # (the plans' first: none of their plans written yet)
+    for name in ("plans", "short", "mixed"):  # (the plans' first: none of their plans written yet)
         path, reference = batches[name]
         for run in range(2):  # the first fills the cache (the engine writes each plan), the second reads it
             from_file = _cli(["query", "--batch", str(path)])
             from_stdin = _cli(["query", "--batch", "-"], stdin=path.read_bytes())
-            assert from_file.returncode == from_stdin.returncode == (1 if name == "mixed" else 0), run
+            assert from_file.returncode == from_stdin.returncode == (0 if name == "plans" else 1), run
             assert from_file.stdout == from_stdin.stdout == reference, (name, run)
             imports = from_file.stderr.decode()
             if name == "plans":  # every line from a plan the first run wrote: neither numpy nor pyarrow
@@ -139,12 +150,30 @@ def test_a_batch_from_plans_writes_the_no_cache_bytes(batches: dict[str, tuple[P
         for shapes in (True, False):
             out, count = _in_process(path.read_bytes(), chunk, shapes)
             assert out == reference and count["started"] == 0, (chunk, shapes)
-    path, reference = batches["mixed"]
+    path, reference = batches["short"]
     for chunk in (7, 4096):
         out, count = _in_process(path.read_bytes(), chunk)
         assert out == reference and count["started"] == 1
-        # (in one chunk, the lines a plan answers are not the engine's)
-        assert count["lines"] < (len(reference.splitlines()) if chunk == 4096 else 1 << 30)
+        # (the plans answered what they hold until the engine was needed, then the engine the rest)
+        assert count["lines"] < len(reference.splitlines())
+    path, reference = batches["mixed"]
+    out, count = _in_process(path.read_bytes(), 4096)  # (a long batch: the engine's alone)
+    assert out == reference and count["started"] == 1
+
+
+def test_a_long_batch_goes_to_the_engine(batches: dict[str, tuple[Path, bytes]], cache_dir: Path) -> None:
+    """A batch of PLAN_LINES lines or more is the engine's from its first line (past its start,
+    its vectorised lookup is the faster one); one line fewer, the plans'."""
+    path, reference = batches["plans"]
+    assert _cli(["query", "--batch", str(path)]).stdout == reference  # (writes the plans)
+    lines, answers = path.read_bytes().splitlines(), reference.splitlines()
+    repeat = -(-PLAN_LINES // len(lines))
+    for n, engine in ((PLAN_LINES, True), (PLAN_LINES - 1, False), (len(lines) * repeat + 5, True)):
+        data = b"".join(line + b"\n" for line in (lines * (repeat + 1))[:n])
+        expected = b"".join(a + b"\n" for a in (answers * (repeat + 1))[:n])
+        for chunk in (64, 4096):
+            out, count = _in_process(data, chunk)
+            assert out == expected and count["started"] == engine and count["lines"] == (n if engine else 0), n
 
 
 def test_lines_no_plan_answers_start_the_engine_mid_batch(batches: dict[str, tuple[Path, bytes]],

@@ -5,10 +5,12 @@ fields that are not axes, those of a question an earlier process resolved; their
 the plan answers (:meth:`modperf.plans.PlanStore.answer_with`: inside the measured range, not
 refused, no lane rule) -- are answered here, each line the plan's answer text with the
 point's parts filled in (:mod:`modperf.answer_text`, the text the engine's batch path writes;
-checked once per plan against the JSON writer's). Every other line goes to the engine's batch
-path (:class:`modperf.query_lines.LineAnswerer`), started on the first line that needs it,
-and once started it answers every later chunk (it is then as fast per line, and a process
-keeps one path). The output is the engine's, byte for byte, in input order
+checked on each plan's first answer of each kind against the JSON writer's). Every other line
+goes to the engine's batch path (:class:`modperf.query_lines.LineAnswerer`), started on the
+first line that needs it, and once started it answers every later chunk (it is then as fast
+per line, and a process keeps one path). A batch of :data:`PLAN_LINES` lines or more goes to
+the engine from its first line (:func:`batch_answerer` reads that far ahead). The output is
+the engine's, byte for byte, in input order
 (``tests/test_plan_lines.py``): a batch every line of which a plan answers imports neither
 numpy nor pyarrow, and starts as fast as a single query answered from a plan.
 """
@@ -17,17 +19,23 @@ from __future__ import annotations
 
 from .answer import HEADS
 from .answer_text import make_template
-from .jsonio import dumps_small
+from .jsonio import dumps_as_is, dumps_small
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from typing import Any
 
     from .plans import PlanStore, StoredPlan
 
 #: Plans whose answer text is kept at most (then the texts are made again as lines come).
 _KEEP_PLANS = 4096
+#: A batch of this many lines or more is answered by the engine from its first line: past its
+#: start, the engine's vectorised lookup answers distinct points faster than the scalar lookup
+#: a plan answers with (about 5.6 against 11.6 us a line in process), and its start (about
+#: 0.25 s) is what a short batch saves. (The engine's batch path reads 4,096 lines at a time:
+#: reading that far ahead delays no answer.)
+PLAN_LINES = 4096
 
 
 class PlanLines:
@@ -45,7 +53,8 @@ class PlanLines:
         self.quality = quality  # (whether answers list their quality notes: the engine's default)
         self.engine_lines: Any = None  # the engine's answerer, once started
         # per plan (by identity, the plan held): [the plan, its answer text (None: the writer
-        # writes every answer), whether the text was checked against the writer's]
+        # writes every answer), the kinds of answer the text was checked on against the
+        # writer's, the extrapolation text's parts] (_text_of)
         self._templates: dict[int, list[Any]] = {}
 
     @classmethod
@@ -72,7 +81,7 @@ class PlanLines:
         plan_for = self.store.plan_for
         for i, fields in enumerate(items):
             plan = plan_for(fields)
-            line = None if plan is None else self._line(plan, fields)
+            line = None if plan is None else self._line(plan, fields, self._text_of(plan))
             if line is None:
                 misses.append(i)
             else:
@@ -91,29 +100,30 @@ class PlanLines:
         plan = self.store.plan_for(fields)  # (the holes are axes: one plan for every line)
         if plan is None:
             return self._engine().answer_shaped(fields, holes, columns, n)
-        # a plan's answer reads the axis values only (PlanStore.answer_with)
+        # a plan's answer reads the axis values only (PlanStore.answer_with), and a line of the
+        # shape is its integers: its line is made once per distinct point of the chunk
         axes = {name: value for name, value in fields.items() if name in self.free}
+        text = self._text_of(plan)
+        line_of = self._line
         out: list[tuple[bool, str] | None] = [None] * n
         misses: list[int] = []
-        line_of = self._line
-        if len(holes) == 1:
-            (name,), (column,) = holes, columns
-            for k, digits in enumerate(column):
-                axes[name] = int(digits)
-                line = line_of(plan, axes)
-                if line is None:
-                    misses.append(k)
+        made: dict[Any, str | None] = {}
+        single = len(holes) == 1
+        keys: Any = columns[0] if single else zip(*columns)
+        for k, digits in enumerate(keys):
+            try:
+                line = made[digits]
+            except KeyError:
+                if single:
+                    axes[holes[0]] = int(digits)
                 else:
-                    out[k] = (True, line)
-        else:
-            for k, values in enumerate(zip(*columns)):
-                for name, digits in zip(holes, values):
-                    axes[name] = int(digits)
-                line = line_of(plan, axes)
-                if line is None:
-                    misses.append(k)
-                else:
-                    out[k] = (True, line)
+                    for name, value in zip(holes, digits):
+                        axes[name] = int(value)
+                line = made[digits] = line_of(plan, axes, text)
+            if line is None:
+                misses.append(k)
+            else:
+                out[k] = (True, line)
         if misses:
             items = []
             for k in misses:
@@ -125,44 +135,101 @@ class PlanLines:
                 out[k] = found
         return out  # type: ignore[return-value]
 
-    def _line(self, plan: StoredPlan, fields: Mapping[str, Any]) -> str | None:
-        """The answer line of ``fields`` from ``plan``; None where the engine is to answer."""
+    def _line(self, plan: StoredPlan, fields: Mapping[str, Any], text: list[Any]) -> str | None:
+        """The answer line of ``fields`` from ``plan`` (``text``: :meth:`_text_of` it); None
+        where the engine is to answer."""
         found = self.store.answer_with(plan, fields, self.quality)
         if found is None:
             return None
         answer, point = found
-        kept = self._templates.get(id(plan))
-        if kept is None or kept[0] is not plan:
-            kept = self._template(plan)
-        template = kept[1]
+        template = text[1]
         values = answer.__dict__
         latency = values["latency_ms"]
         kind = values["kind"]
-        if template is None or (kind != "exact" and kind != "interpolated") or values["extrapolation"] is not None \
-                or type(latency) is not float or latency - latency != 0.0 \
+        if template is None or type(latency) is not float or latency - latency != 0.0 \
                 or values["locals_used"] != template.locals_used:
-            return dumps_small(answer.to_dict())  # (a filled cell's extrapolation, a NaN: the writer)
+            return dumps_small(answer.to_dict())  # (a NaN: the writer)
+        extrapolation = values["extrapolation"]
+        if extrapolation is None:
+            reach = "null"
+        else:  # a cell the grid filled inside the measured range: its reach from the plan's text
+            outside = tuple(extrapolation["outside_axes"])
+            parts = text[3].get(outside)
+            if parts is None:
+                parts = text[3][outside] = _reach_parts(extrapolation)
+            distance = extrapolation["distance_octaves"]
+            if parts is False or type(distance) is not float or distance - distance != 0.0:
+                return dumps_small(answer.to_dict())
+            reach = parts[0] + float.__repr__(distance) + parts[1]
         notes = values["quality"]
-        text = template.fmt % (float.__repr__(latency), '"exact"' if kind == "exact" else '"interpolated"', "null",
-                               *[int.__repr__(point[j]) for j in template.field_order],
-                               "null" if notes is None else dumps_small(notes))
-        if not kept[2]:  # the plan's first such answer: the template must write it as the writer does
-            kept[2] = True
+        line: str = template.fmt % (float.__repr__(latency), f'"{kind}"', reach,
+                                    *[int.__repr__(point[j]) for j in template.field_order],
+                                    "null" if notes is None else dumps_small(notes))
+        checked = text[2]
+        if kind not in checked:  # the plan's first answer of a kind: written as the writer writes it
+            checked.add(kind)
             written = dumps_small(answer.to_dict())
-            if text != written:
-                kept[1] = None
+            if line != written:
+                text[1] = None
             return written
-        return text
+        return line
 
-    def _template(self, plan: StoredPlan) -> list[Any]:
-        """``[plan, its answer text or None, whether the text was checked]``, kept."""
+    def _text_of(self, plan: StoredPlan) -> list[Any]:
+        """``[plan, its answer text or None, the kinds of answer it was checked on, the parts of
+        its extrapolation text by the axes a point lies beyond]``, kept per plan."""
+        kept = self._templates.get(id(plan))
+        if kept is not None and kept[0] is plan:
+            return kept
         axis_fields = tuple(HEADS if check[0] is None else check[0] for check in plan.axis_checks)
         kept = [plan, make_template(plan.template, axis_fields, plan.grid, plan.local, plan.quality == "notes"),
-                False]
+                set(), {}]
         if len(self._templates) >= _KEEP_PLANS:
             self._templates.clear()
         self._templates[id(plan)] = kept
         return kept
 
 
-__all__ = ["PlanLines"]
+def batch_answerer(store: PlanStore | None, engine_lines: Callable[[], Any],
+                   lines: Iterable[Any], *, quality: bool = True) -> tuple[Any, Iterator[Any]]:
+    """The answerer of a batch whose lines ``lines`` yields, and those lines again: the plans'
+    (:class:`PlanLines`) where there are plans and the batch has fewer than :data:`PLAN_LINES`
+    lines (read ahead to see), else the engine's (``engine_lines()``). An input failing within
+    the lines read ahead fails where it did, after them."""
+    source = iter(lines)
+    head: list[Any] = []
+    failed: OSError | None = None
+    try:
+        for line in source:
+            head.append(line)
+            if len(head) >= PLAN_LINES:
+                break
+    except OSError as exc:  # (raised again after the lines read before it: they are answered first)
+        failed = exc
+
+    def again() -> Iterator[Any]:
+        yield from head
+        if failed is not None:
+            raise failed
+        yield from source
+
+    found = PlanLines.open(store, engine_lines, quality=quality) if len(head) < PLAN_LINES else None
+    return (found if found is not None else engine_lines()), again()
+
+
+def _reach_parts(extrapolation: dict[str, Any]) -> tuple[str, str] | bool:
+    """An answer's extrapolation part as JSON, the text before and after its distance (the
+    rest depends on the plan and the axes the point lies beyond); False where a marker distance
+    does not show once."""
+    marker = 987654.321  # (round(marker, 6) is marker)
+    try:
+        text = dumps_as_is({**extrapolation, "distance_octaves": marker})
+    except (ValueError, TypeError):
+        return False
+    mark = float.__repr__(marker)
+    if text.count(mark) != 1:
+        return False
+    before, after = text.split(mark)
+    return before, after
+
+
+__all__ = ["PLAN_LINES", "PlanLines", "batch_answerer"]

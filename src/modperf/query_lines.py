@@ -141,6 +141,8 @@ class LineAnswerer:
         self._slow: dict[int, tuple[_Plan, dict[tuple[str, ...], tuple[bool, str]]]] = {}
         self._n_slow = 0  # lines kept in all
         self._layouts: dict[tuple[str, ...], _Layout] = {}
+        # per plan: each axis value read as the query reads it (its coordinate, or its error line)
+        self._axis_values: dict[int, tuple[_Plan, dict[tuple[str, type, str], int | tuple[bool, str]]]] = {}
         # per (field names, values and types of the non-axis fields): the error line of a plan
         # whose resolution is refused
         self._failed: dict[tuple[Any, ...], tuple[bool, str]] = {}
@@ -225,44 +227,61 @@ class LineAnswerer:
                 out[i] = self.reference(fields)
         return groups
 
-    @staticmethod
-    def _columns(plan: _Plan, layout: _Layout, rows: list[int], items: Sequence[Mapping[str, Any]]
-                 ) -> tuple[list[Any], dict[int, list[str]]] | set[int] | None:
-        """Per axis of the plan, the values of the lines ``rows`` (a line that leaves an axis
-        out, or gives null, takes the plan's fixed value) and their JSON text; or the lines
-        whose value is anything but an in-range plain integer (the reference path parses, or
-        refuses, each such value as a single query does); None where an axis has no value."""
-        cols: list[Any] = []
-        text_cols: dict[int, list[str]] = {}
+    def _columns(self, plan: _Plan, layout: _Layout, rows: list[int], items: Sequence[Mapping[str, Any]]
+                 ) -> tuple[list[Any], dict[int, list[str]]] | dict[int, tuple[bool, str] | None] | None:
+        """Per axis of the plan, the values of the lines ``rows`` and their JSON text: an
+        in-range plain integer as it is, any other value read as the query reads it
+        (:meth:`QueryEngine.axis_value`: text parsed, null or left out the plan's fixed value;
+        kept per value); or, where some line's value is refused, per such line its error line
+        (None: the reference path answers it, for a value that is not a scalar); None where an
+        axis has no value."""
+        columns: list[tuple[int, Any]] = []
         n = len(rows)
-        bad: set[int] = set()
+        failed: dict[int, tuple[bool, str] | None] = {}
         shaped = items if isinstance(items, _ShapedItems) else None
         if shaped is None:
             lines = items if n == len(items) else list(map(items.__getitem__, rows))  # (rows: every line, or some)
         for j, name in enumerate(plan.axis_fields):
             if name == HEADS:
-                cols.append(plan.local)
+                columns.append((j, plan.local))
                 continue
             fixed = plan.fixed.get(name)
             if shaped is not None and name in layout.axis_names:  # (a shape's axes: its lines' own integers)
                 col = shaped.column(name, rows)
             elif name in layout.axis_names:
                 col = list(map(operator.itemgetter(name), lines))
-                if None in col:
-                    if fixed is None:
-                        bad.update(i for i, v in zip(rows, col) if v is None)
-                    col = [fixed if v is None else v for v in col]
             elif fixed is not None:
                 col = [fixed] * n
             else:
                 return None
             rng = limits.range_of(name)
             if set(map(type, col)) != {int} or min(col) < rng.low or max(col) > rng.high:
-                bad.update(i for i, v in zip(rows, col) if type(v) is not int or not rng.low <= v <= rng.high)
-                continue
-            cols.append(np.array(col, dtype=np.int64))
-            text_cols[j] = list(map(int.__repr__, col))
-        return bad if bad else (cols, text_cols)
+                read = _kept(self._axis_values, plan, lambda _: {})
+                for k, (i, v) in enumerate(zip(rows, col)):
+                    if type(v) is int and rng.low <= v <= rng.high:
+                        continue
+                    if type(v) not in _SCALARS:
+                        failed[i] = None  # (the query's field check refuses the line: by reference)
+                        continue
+                    key = (name, type(v), repr(v))  # (by its text: -0.0 equals 0.0, but an error quotes it)
+                    found = read.get(key)
+                    if found is None:
+                        try:
+                            found = self.engine.axis_value(plan, name, v)
+                        except E.ModperfError as exc:
+                            found = (False, dumps(error_line(exc)))
+                        if len(read) >= _KEEP_POINTS:
+                            read.clear()
+                        read[key] = found
+                    if type(found) is int:
+                        col[k] = found
+                    else:
+                        failed.setdefault(i, found)  # (the first axis refused is the line's error)
+            columns.append((j, col))
+        if failed:
+            return failed
+        cols = [c if isinstance(c, int) else np.array(c, dtype=np.int64) for _, c in columns]
+        return cols, {j: list(map(int.__repr__, c)) for j, c in columns if not isinstance(c, int)}
 
     def _layout(self, names: tuple[str, ...]) -> _Layout:
         if len(self._layouts) >= _KEEP_PLANS:
@@ -309,7 +328,10 @@ class LineAnswerer:
         if any(k not in axis_fields for k in layout.axis_names):
             return  # an axis the table does not have: the reference path names the table's keys
         columns = self._columns(plan, layout, rows, items)
-        if isinstance(columns, set):  # some lines' values are not in-range integers: those by reference
+        if isinstance(columns, dict):  # some lines' values are refused: their error lines (or by reference)
+            for i, line in columns.items():
+                if line is not None:
+                    out[i] = line
             rows = [i for i in rows if i not in columns]
             columns = self._columns(plan, layout, rows, items) if rows else None
         if not isinstance(columns, tuple):

@@ -48,7 +48,7 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
     fields every line starts from; the number of lines that failed. Closes the stream (but
     stdin). An input failing mid-way is a QueryFieldError, raised after every answer before it."""
     from ..batch import LineShapes, read_lines, run_chunks
-    from ..plan_lines import PlanLines
+    from ..plan_lines import batch_answerer
 
     def engine_lines() -> Any:
         from ..query_lines import LineAnswerer
@@ -57,14 +57,14 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
 
     failed = 0
     try:
-        # a chunk of lines at a time, answered plan by plan: from the persisted plans where
-        # they hold (modperf.plan_lines: no numpy), else by the engine (modperf.query_lines);
-        # the same lines as batch.run_lines writes one query at a time
-        answerer = PlanLines.open(db.plans, engine_lines) or engine_lines()
+        # a chunk of lines at a time, answered plan by plan: a short batch from the persisted
+        # plans where they hold (modperf.plan_lines: no numpy), else by the engine
+        # (modperf.query_lines); the same lines as batch.run_lines writes one query at a time
+        answerer, source = batch_answerer(db.plans, engine_lines, read_lines(stream))
         # lines of a shape seen before (the same bytes but for their axis integers) are read
         # by one pattern match each instead of the JSON reader (batch.LineShapes)
         shapes = LineShapes(answerer.free, fields)
-        for chunk in run_chunks(read_lines(stream), answerer.answer, fields, shapes=shapes,
+        for chunk in run_chunks(source, answerer.answer, fields, shapes=shapes,
                                 answer_shaped=answerer.answer_shaped):
             if not chunk:
                 continue

@@ -436,8 +436,9 @@ def refused_lines(n: int, workload: str) -> tuple[str, dict[str, int]]:
 def refused_rows(args: argparse.Namespace, trees: list[tuple[str, str]], cache_dir: str
                  ) -> list[tuple[str, str, str, str, str]]:
     """``modperf query --batch FILE`` of ``--refused-lines`` refused lines, lines per second,
-    whole process: each tree ``--runs`` times (the tree before: at most 2, a slow path there),
-    answers written to a file and checked (every line an error of its kind)."""
+    whole process: each tree ``--runs`` times (the tree before: at most 2, a slow path there)
+    after an untimed run that fills the cache, answers written to a file and checked (every
+    line an error of its kind)."""
     rows = []
     n = args.refused_lines
     for workload in ("contradictions", "kinds"):
@@ -446,19 +447,23 @@ def refused_rows(args: argparse.Namespace, trees: list[tuple[str, str]], cache_d
         path.write_text(text)
         answers = Path(cache_dir) / "answers.jsonl"
         seconds: dict[str, list[float]] = {}
-        for run in range(args.runs):
+        cpu: dict[str, list[float]] = {}
+        for run in range(-1, args.runs):  # (run -1: fills the cache, untimed)
             for name, src in trees:
                 if name == "before" and run >= 2:
                     continue
-                s, _, _ = spawn(["sh", "-c", f"{sys.executable} -m modperf query --batch {path} > {answers}"],
-                                env=env_for(src, cache_dir), ok=(1,))
+                s, _, c, _ = spawn_cpu(["sh", "-c", f"{sys.executable} -m modperf query --batch {path} > {answers}"],
+                                       env=env_for(src, cache_dir), ok=(1,))
                 found = collections.Counter(json.loads(line)["error"]["kind"] for line in answers.open())
                 assert found == kinds, (name, found, kinds)
-                seconds.setdefault(name, []).append(s)
+                if run >= 0:
+                    seconds.setdefault(name, []).append(s)
+                    cpu.setdefault(name, []).append(c)
 
-        def rate(name: str, seconds: dict[str, list[float]] = seconds) -> str:
-            runs = seconds[name]
-            return f"{n / statistics.median(runs) / 1000:.1f}k ({n / max(runs) / 1000:.1f}-{n / min(runs) / 1000:.1f}k)"
+        def rate(name: str, seconds: dict[str, list[float]] = seconds, cpu: dict[str, list[float]] = cpu) -> str:
+            runs, k = seconds[name], n / 1000
+            return (f"{k / statistics.median(runs):.1f}k ({k / max(runs):.1f}-{k / min(runs):.1f}k)"
+                    f"; by CPU time {k / statistics.median(cpu[name]):.1f}k")
 
         what = ", ".join(f"{v:,} {k}" for k, v in sorted(kinds.items()))
         rows.append((f"query --batch of {n:,} refused lines ({what}), lines per second, whole process",

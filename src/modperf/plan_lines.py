@@ -2,7 +2,7 @@
 
 A batch's lines that a persisted plan holds for -- their field names, and the values of the
 fields that are not axes, those of a question an earlier process resolved; their point one
-the plan answers (:meth:`modperf.plans.PlanStore.answer_with`: inside the measured range, not
+the plan answers (:meth:`modperf.plans.PlanStore.answer`: inside the measured range, not
 refused, no lane rule) -- are answered here, each line the plan's answer text with the
 point's parts filled in (:mod:`modperf.answer_text`, the text the engine's batch path writes;
 checked on each plan's first answer of each kind against the JSON writer's). Every other line
@@ -81,7 +81,7 @@ class PlanLines:
         plan_for = self.store.plan_for
         for i, fields in enumerate(items):
             plan = plan_for(fields)
-            line = None if plan is None else self._line(plan, fields, self._text_of(plan))
+            line = None if plan is None else self._line(fields, self._text_of(plan))
             if line is None:
                 misses.append(i)
             else:
@@ -100,9 +100,8 @@ class PlanLines:
         plan = self.store.plan_for(fields)  # (the holes are axes: one plan for every line)
         if plan is None:
             return self._engine().answer_shaped(fields, holes, columns, n)
-        # a plan's answer reads the axis values only (PlanStore.answer_with), and a line of the
-        # shape is its integers: its line is made once per distinct point of the chunk
-        axes = {name: value for name, value in fields.items() if name in self.free}
+        # a line of the shape is its integers: its line is made once per distinct point of the chunk
+        one = dict(fields)
         text = self._text_of(plan)
         line_of = self._line
         out: list[tuple[bool, str] | None] = [None] * n
@@ -115,11 +114,11 @@ class PlanLines:
                 line = made[digits]
             except KeyError:
                 if single:
-                    axes[holes[0]] = int(digits)
+                    one[holes[0]] = int(digits)
                 else:
                     for name, value in zip(holes, digits):
-                        axes[name] = int(value)
-                line = made[digits] = line_of(plan, axes, text)
+                        one[name] = int(value)
+                line = made[digits] = line_of(one, text)
             if line is None:
                 misses.append(k)
             else:
@@ -135,13 +134,13 @@ class PlanLines:
                 out[k] = found
         return out  # type: ignore[return-value]
 
-    def _line(self, plan: StoredPlan, fields: Mapping[str, Any], text: list[Any]) -> str | None:
-        """The answer line of ``fields`` from ``plan`` (``text``: :meth:`_text_of` it); None
-        where the engine is to answer."""
-        found = self.store.answer_with(plan, fields, self.quality)
-        if found is None:
+    def _line(self, fields: Mapping[str, Any], text: list[Any]) -> str | None:
+        """The answer line of ``fields`` from the persisted plan ``text`` holds
+        (:meth:`_text_of` it: the plan :meth:`PlanStore.plan_for` these fields gives); None where
+        the engine is to answer."""
+        answer = self.store.answer(fields, self.quality)
+        if answer is None:
             return None
-        answer, point = found
         template = text[1]
         values = answer.__dict__
         latency = values["latency_ms"]
@@ -162,8 +161,9 @@ class PlanLines:
                 return dumps_small(answer.to_dict())
             reach = parts[0] + float.__repr__(distance) + parts[1]
         notes = values["quality"]
+        resolved = values["fields"]  # (the point's axis values among them: plain ints)
         line: str = template.fmt % (float.__repr__(latency), f'"{kind}"', reach,
-                                    *[int.__repr__(point[j]) for j in template.field_order],
+                                    *[int.__repr__(resolved[name]) for name in text[4]],
                                     "null" if notes is None else dumps_small(notes))
         checked = text[2]
         if kind not in checked:  # the plan's first answer of a kind: written as the writer writes it
@@ -176,13 +176,15 @@ class PlanLines:
 
     def _text_of(self, plan: StoredPlan) -> list[Any]:
         """``[plan, its answer text or None, the kinds of answer it was checked on, the parts of
-        its extrapolation text by the axes a point lies beyond]``, kept per plan."""
+        its extrapolation text by the axes a point lies beyond, the axis fields the text holds
+        in its order]``, kept per plan."""
         kept = self._templates.get(id(plan))
         if kept is not None and kept[0] is plan:
             return kept
         axis_fields = tuple(HEADS if check[0] is None else check[0] for check in plan.axis_checks)
-        kept = [plan, make_template(plan.template, axis_fields, plan.grid, plan.local, plan.quality == "notes"),
-                set(), {}]
+        template = make_template(plan.template, axis_fields, plan.grid, plan.local, plan.quality == "notes")
+        names = [] if template is None else [axis_fields[j] for j in template.field_order]
+        kept = [plan, template, set(), {}, names]
         if len(self._templates) >= _KEEP_PLANS:
             self._templates.clear()
         self._templates[id(plan)] = kept

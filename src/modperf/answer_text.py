@@ -19,6 +19,7 @@ from .lattice import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
     from collections.abc import Mapping, Sequence
+    from typing import Any
 
     from .lattice import Lattice
 
@@ -90,6 +91,22 @@ def make_template(template: Answer, axis_fields: Sequence[str], grid: Lattice, l
                     answer.locals_used)
 
 
+def reach_parts(extrapolation: Mapping[str, Any]) -> tuple[str, str] | bool:
+    """An answer's extrapolation part (:func:`modperf.answer.extrapolation_of`) as JSON, split
+    around its distance: the text before and after it (the rest depends on the plan and the
+    axes a point lies beyond); False where a marker distance does not show once."""
+    marker = 987654.321  # (round(marker, 6) is marker)
+    try:
+        text = dumps_as_is({**extrapolation, "distance_octaves": marker})
+    except (ValueError, TypeError):
+        return False
+    mark = float.__repr__(marker)
+    if text.count(mark) != 1:
+        return False
+    before, after = text.split(mark)
+    return before, after
+
+
 def holes(text: str, tokens: list[str], positions: list[int], order: list[int],
           fills: Mapping[int, str] | None = None) -> str:
     """``text`` as a %-format: each marker token (at its position, in text order ``order``) a
@@ -105,4 +122,4 @@ def holes(text: str, tokens: list[str], positions: list[int], order: list[int],
     return "".join(pieces)
 
 
-__all__ = ["KIND_TEXT", "MARK", "Template", "holes", "make_template"]
+__all__ = ["KIND_TEXT", "MARK", "Template", "holes", "make_template", "reach_parts"]

@@ -18,8 +18,8 @@ numpy nor pyarrow, and starts as fast as a single query answered from a plan.
 from __future__ import annotations
 
 from .answer import HEADS
-from .answer_text import make_template
-from .jsonio import dumps_as_is, dumps_small
+from .answer_text import make_template, reach_parts
+from .jsonio import dumps_small
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
@@ -155,7 +155,7 @@ class PlanLines:
             outside = tuple(extrapolation["outside_axes"])
             parts = text[3].get(outside)
             if parts is None:
-                parts = text[3][outside] = _reach_parts(extrapolation)
+                parts = text[3][outside] = reach_parts(extrapolation)
             distance = extrapolation["distance_octaves"]
             if parts is False or type(distance) is not float or distance - distance != 0.0:
                 return dumps_small(answer.to_dict())
@@ -216,22 +216,6 @@ def batch_answerer(store: PlanStore | None, engine_lines: Callable[[], Any],
 
     found = PlanLines.open(store, engine_lines, quality=quality) if len(head) < PLAN_LINES else None
     return (found if found is not None else engine_lines()), again()
-
-
-def _reach_parts(extrapolation: dict[str, Any]) -> tuple[str, str] | bool:
-    """An answer's extrapolation part as JSON, the text before and after its distance (the
-    rest depends on the plan and the axes the point lies beyond); False where a marker distance
-    does not show once."""
-    marker = 987654.321  # (round(marker, 6) is marker)
-    try:
-        text = dumps_as_is({**extrapolation, "distance_octaves": marker})
-    except (ValueError, TypeError):
-        return False
-    mark = float.__repr__(marker)
-    if text.count(mark) != 1:
-        return False
-    before, after = text.split(mark)
-    return before, after
 
 
 __all__ = ["PLAN_LINES", "PlanLines", "batch_answerer"]

@@ -30,7 +30,7 @@ import numpy as np
 from . import errors as E
 from . import limits
 from .answer import extrapolation_of
-from .answer_text import KIND_TEXT, Template, holes, make_template
+from .answer_text import KIND_TEXT, Template, holes, make_template, reach_parts
 from .batch import error_line
 from .families.base import HEADS
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED, Lookup
@@ -480,17 +480,8 @@ class LineAnswerer:
     def _extrapolation_text(plan: _Plan, axes: tuple[str, ...]) -> tuple[str, str] | bool:
         """The plan's extrapolation part for points beyond the range of ``axes``, as the text
         before and after the distance; False where a marker distance does not show once."""
-        marker = 987654.321  # (round(marker, 6) is marker)
-        found = Lookup(0.0, EXTRAPOLATED, marker, (), axes)
-        try:
-            text = dumps_as_is(extrapolation_of(plan.grid, plan.extrapolation_model, found))
-        except ValueError:
-            return False
-        mark = float.__repr__(marker)
-        if text.count(mark) != 1:
-            return False
-        before, after = text.split(mark)
-        return before, after
+        found = Lookup(0.0, EXTRAPOLATED, 0.0, (), axes)  # (the distance: reach_parts' marker)
+        return reach_parts(extrapolation_of(plan.grid, plan.extrapolation_model, found))
 
     def _extrapolated(self, plan: _Plan, template: Template, point: list[int], texts: list[str]
                       ) -> tuple[bool, str] | None:

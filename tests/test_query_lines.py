@@ -445,3 +445,22 @@ def test_axis_values_to_parse_or_refuse_are_read_once_per_value(db: modperf.Data
     kinds = collections.Counter(json.loads(line).get("kind") or json.loads(line)["error"]["kind"] for line in out)
     # ("2048", "3000" and 2048.0 read as the integers; the rest refused)
     assert kinds["query_field"] == 11 * 40 and kinds["exact"] + kinds["interpolated"] >= 40
+
+
+def test_refusals_of_long_text_are_not_kept_for_the_batch(db: modperf.Database) -> None:
+    """A kept error is keyed by its line's values, which a line may hold by the megabyte: long
+    text is refused line by line (within a group, at once), never kept."""
+    long_model = {**KIMI, "model": "org/" + "x" * 5000}
+    long_value = {**KIMI, "isl": "9" * 5000}
+    lines = [json.dumps({**long_model, "batch_size": b}).encode() for b in range(1, 40)]
+    lines += [json.dumps({**long_value, "batch_size": b}).encode() for b in range(1, 40)]
+    lines += [json.dumps({**KIMI, "model": "no/such-model", "batch_size": b}).encode() for b in range(1, 40)]
+    data = b"\n".join(lines) + b"\n"
+    reference = [line for _, line in run_lines(read_lines(io.BytesIO(data)), db.queries.query)]
+    answerer = LineAnswerer(modperf.open().queries)
+    out = [line for c in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=4096) for _, line in c]
+    assert out == reference and len(set(out)) == 3
+    kept = list(answerer._failed)  # (keys: field names, non-axis values, their types)
+    assert len(kept) == 1 and "no/such-model" in kept[0][1]  # (the short one)
+    assert all(len(k[2]) <= 1024 for memo in answerer._axis_values.values() for k in memo[1])
+    assert not answerer._line_errors

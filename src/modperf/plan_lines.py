@@ -52,9 +52,7 @@ class PlanLines:
         self._start = engine_lines
         self.quality = quality  # (whether answers list their quality notes: the engine's default)
         self.engine_lines: Any = None  # the engine's answerer, once started
-        # per plan (by identity, the plan held): [the plan, its answer text (None: the writer
-        # writes every answer), the kinds of answer the text was checked on against the
-        # writer's, the extrapolation text's parts] (_text_of)
+        # per plan (by identity, the plan held): what _text_of makes
         self._templates: dict[int, list[Any]] = {}
 
     @classmethod

@@ -46,6 +46,9 @@ _KEEP_POINTS = 1 << 16
 
 #: The types of a JSON scalar (what the query's field check accepts from a batch line).
 _SCALARS = frozenset((str, int, float, bool, type(None)))
+#: Longest text (characters) of the values a line's kept error is keyed by: a line may hold
+#: megabytes, and a key holds them as long as it is kept.
+_KEY_CHARS = 1024
 
 
 def _scalar_axes(fields: Mapping[str, Any], layout: _Layout) -> bool:
@@ -153,8 +156,12 @@ class LineAnswerer:
         """One line the way :func:`modperf.batch.run_lines` answers it. A line refused once is
         refused again with the same text (kept, for lines of scalar values)."""
         types = tuple(map(type, fields.values()))
-        # (by each value's text: -0.0 equals 0.0, but an error quotes it as given)
-        key = (tuple(fields), tuple(map(repr, fields.values())), types) if _SCALARS.issuperset(types) else None
+        key = None
+        if _SCALARS.issuperset(types):
+            # (by each value's text: -0.0 equals 0.0, but an error quotes it as given)
+            texts = tuple(map(repr, fields.values()))
+            if sum(map(len, texts)) + sum(map(len, fields)) <= _KEY_CHARS:
+                key = (tuple(fields), texts, types)
         found = self._line_errors.get(key) if key is not None else None
         if found is not None:
             return found
@@ -270,9 +277,10 @@ class LineAnswerer:
                             found = self.engine.axis_value(plan, name, v)
                         except E.ModperfError as exc:
                             found = (False, dumps(error_line(exc)))
-                        if len(read) >= _KEEP_POINTS:
-                            read.clear()
-                        read[key] = found
+                        if len(key[2]) <= _KEY_CHARS:  # (long text is not kept: a key holds it)
+                            if len(read) >= _KEEP_POINTS:
+                                read.clear()
+                            read[key] = found
                     if type(found) is int:
                         col[k] = found
                     else:
@@ -297,8 +305,10 @@ class LineAnswerer:
         first = items[rows[0]]
         values = layout.plan_values(first)
         types = tuple(map(type, values))
-        # (a group keeps -0.0 and 0.0 together, which an error quotes apart: no float kept)
-        failed_key = (tuple(first), values, types) if float not in types else None
+        names = tuple(first)
+        # (a group keeps -0.0 and 0.0 together, which an error quotes apart: no float; long
+        # text is not kept for the batch, which a key would hold)
+        failed_key = (names, values, types) if float not in types else None
         refusal = self._failed.get(failed_key) if failed_key is not None else None
         if refusal is None:
             try:
@@ -310,9 +320,11 @@ class LineAnswerer:
                 # that it is a scalar)
                 if failed_key is None or not _scalar_axes(first, layout):
                     return  # (refused for its own value, maybe: every line by reference)
-                if len(self._failed) >= _KEEP_PLANS:
-                    self._failed.clear()
-                refusal = self._failed[failed_key] = (False, dumps(error_line(exc)))
+                refusal = (False, dumps(error_line(exc)))
+                if sum(len(v) for v in (*names, *values) if type(v) is str) <= _KEY_CHARS:
+                    if len(self._failed) >= _KEEP_PLANS:
+                        self._failed.clear()
+                    self._failed[failed_key] = refusal
             except Exception:
                 return  # every line of the group through the reference path (it raises there too)
         if refusal is not None:

@@ -69,9 +69,9 @@ def _in_process(data: bytes, chunk: int, shapes: bool = True) -> tuple[bytes, co
     db = modperf.open()
     count: collections.Counter = collections.Counter()
 
-    def engine_lines() -> LineAnswerer:
+    def engine_lines(persist: bool) -> LineAnswerer:
         count["started"] += 1
-        answerer = LineAnswerer(db.queries)
+        answerer = LineAnswerer(db.queries, persist=persist)
         answer, answer_shaped = answerer.answer, answerer.answer_shaped
 
         def counted(items):

@@ -189,12 +189,13 @@ class PlanLines:
         return kept
 
 
-def batch_answerer(store: PlanStore | None, engine_lines: Callable[[], Any],
+def batch_answerer(store: PlanStore | None, engine_lines: Callable[[bool], Any],
                    lines: Iterable[Any], *, quality: bool = True) -> tuple[Any, Iterator[Any]]:
     """The answerer of a batch whose lines ``lines`` yields, and those lines again: the plans'
     (:class:`PlanLines`) where there are plans and the batch has fewer than :data:`PLAN_LINES`
-    lines (read ahead to see), else the engine's (``engine_lines()``). An input failing within
-    the lines read ahead fails where it did, after them."""
+    lines (read ahead to see), else the engine's (``engine_lines(persist)``, ``persist``: the
+    batch is short, so that the plans it resolves are kept for its next run). An input failing
+    within the lines read ahead fails where it did, after them."""
     source = iter(lines)
     head: list[Any] = []
     failed: OSError | None = None
@@ -212,8 +213,9 @@ def batch_answerer(store: PlanStore | None, engine_lines: Callable[[], Any],
             raise failed
         yield from source
 
-    found = PlanLines.open(store, engine_lines, quality=quality) if len(head) < PLAN_LINES else None
-    return (found if found is not None else engine_lines()), again()
+    short = len(head) < PLAN_LINES
+    found = PlanLines.open(store, lambda: engine_lines(True), quality=quality) if short else None
+    return (found if found is not None else engine_lines(short)), again()
 
 
 __all__ = ["PLAN_LINES", "PlanLines", "batch_answerer"]

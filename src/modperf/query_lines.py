@@ -134,8 +134,12 @@ class LineAnswerer:
     #: the interpolation axes, which are the point, not the plan.
     free = _AXIS_NAMES
 
-    def __init__(self, engine: QueryEngine) -> None:
+    def __init__(self, engine: QueryEngine, *, persist: bool = False) -> None:
         self.engine = engine
+        #: Whether the plans this batch resolves are persisted after their first answers
+        #: (modperf.plans: for a short batch, whose next run answers from them; checking a
+        #: plan already on disk costs a process about 15 ms, a long batch's path does not).
+        self.persist = persist
         self._templates: dict[int, tuple[_Plan, Template | None]] = {}
         self._refusals: dict[int, tuple[_Plan, _Refusal | None]] = {}
         self._nearest_texts: dict[int, tuple[_Plan, dict[tuple[int, ...], tuple[str, str]]]] = {}
@@ -351,7 +355,7 @@ class LineAnswerer:
         cols, text_cols = columns
         if plan.lanes is None:
             self._answer_points(plan, rows, cols, text_cols, items, out)
-            if plan.pending is not None:  # its first answers: kept for the next process (modperf.plans)
+            if plan.pending is not None and self.persist:  # its first answers: kept for the next process
                 if engine.annotate_quality and plan.quality_found is _UNSET:
                     plan.quality_found = engine._quality_found(plan)
                 engine._persist(plan, first)

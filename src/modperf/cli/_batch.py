@@ -50,10 +50,10 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
     from ..batch import LineShapes, read_lines, run_chunks
     from ..plan_lines import batch_answerer
 
-    def engine_lines() -> Any:
+    def engine_lines(persist: bool) -> Any:
         from ..query_lines import LineAnswerer
 
-        return LineAnswerer(db.queries)
+        return LineAnswerer(db.queries, persist=persist)
 
     failed = 0
     try:

@@ -7,14 +7,21 @@ points go through the plan's grid in one vectorised lookup (:meth:`Grid.lookup_m
 latencies bit for bit as the scalar lookup), and each answer line is the plan's JSON text with
 the point's parts filled in. A group's refused points get their nearest measured cells from
 one vectorised search and their error line from the plan's refusal text; an extrapolated
-point its scalar lookup written into the plan's text. Everything else -- a line whose fields
-would not parse the simple way (a string or float where an integer goes, a missing axis), a
-plan that does not resolve, a lane table -- is answered by the reference path,
-``engine.query`` then the JSON writer, line by line; the text of a refused or extrapolated
-point is kept per (plan, point) for the batch, since it depends on nothing else. The lines of
-one shape (:class:`modperf.batch.Shape`: their bytes equal but for their axis integers) come as
-columns of those integers (:meth:`LineAnswerer.answer_shaped`): one plan, no dict per line.
-``tests/test_query_lines.py`` checks the output against the reference byte for byte.
+point its scalar lookup written into the plan's text. A lane table's lines go lane by lane
+(each line's lane from its point). A value where an integer goes that is not one (text, a
+float, null) is read once per value as the query reads it (:meth:`QueryEngine.axis_value`:
+its coordinate, or its error line); a plan whose resolution is refused gives its error line
+to every line of the group, once for the batch. What is left -- a value that is not a scalar,
+a non-finite latency, an axis the table does not have -- is answered by the reference path,
+``engine.query`` then the JSON writer, line by line (a refused line's text kept); the text of
+a refused or extrapolated point is kept per (plan, point) for the batch, since it depends on
+nothing else (a line's answer depends on its fields alone, never on the lines before it). The
+lines of one shape (:class:`modperf.batch.Shape`: their bytes equal but for their axis
+integers) come as columns of those integers (:meth:`LineAnswerer.answer_shaped`): one plan, no
+dict per line.
+``tests/test_query_lines.py`` checks the output against the reference byte for byte. A short
+batch answers from persisted plans first (:mod:`modperf.plan_lines`) and hands this path the
+lines no plan answers.
 """
 
 from __future__ import annotations

@@ -83,6 +83,12 @@ class Database:
         return self._store
 
     @property
+    def plans(self) -> PlanStore | None:
+        """The persisted query plans this database answers from (modperf.plans); None with the
+        cache off or a data root or config folder that is not a plain folder."""
+        return self._plans
+
+    @property
     def root(self) -> Path:
         return self.catalog.root
 

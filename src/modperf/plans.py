@@ -327,6 +327,11 @@ class PlanStore:
             self._context = (frozenset(found[1]),) if type(found) is tuple and found[0] == self.code() else ()
         return self._context[0] if self._context else None
 
+    def axis_names(self) -> frozenset[str] | None:
+        """The query fields that are interpolation axes (the point, not the plan), as the
+        plans of this code were written with; None where none was written."""
+        return self._context_names()
+
     def _names(self, names: tuple[Any, ...]) -> tuple[Callable[[Mapping[str, Any]], tuple[Any, ...]],
                                                        dict[Any, StoredPlan | None]] | None:
         """For one tuple of field names: how to read the values of the fields that are not
@@ -355,6 +360,7 @@ class PlanStore:
     def answer(self, fields: Mapping[str, Any], quality: bool) -> Answer | None:
         """The answer from a persisted plan, or None where there is none that holds for these
         fields (the engine answers then)."""
+        # (plan_for's lookup, inline: a call more costs the warm single query about 3 %)
         names = tuple(fields)
         by_names = self._by_names.get(names) or self._names(names)
         if by_names is None:
@@ -365,10 +371,7 @@ class PlanStore:
         try:
             plan = plans[key]
         except KeyError:
-            if len(plans) >= self.MEMO:
-                plans.clear()
-            file_key = self._file_key(values)
-            plan = plans[key] = None if file_key is None else self._load(names, file_key)
+            plan = self._read(names, values, key, plans)
         except TypeError:  # an unhashable value
             return None
         if plan is None:
@@ -386,6 +389,33 @@ class PlanStore:
         if notes:
             answer.quality = quality_notes(plan, plan.quality_found, point, answer.kind == "exact")
         return answer
+
+    def plan_for(self, fields: Mapping[str, Any]) -> StoredPlan | None:
+        """The persisted plan that holds for these fields (their names in order, and the values
+        and types of those that are not axes), or None; read once per process and key."""
+        names = tuple(fields)
+        by_names = self._by_names.get(names) or self._names(names)
+        if by_names is None:
+            return None
+        getter, plans = by_names
+        values = getter(fields)
+        key = (values, tuple(map(type, values)))
+        try:
+            return plans[key]
+        except KeyError:
+            return self._read(names, values, key, plans)
+        except TypeError:  # an unhashable value
+            return None
+
+    def _read(self, names: tuple[Any, ...], values: tuple[Any, ...], key: Any,
+              plans: dict[Any, StoredPlan | None]) -> StoredPlan | None:
+        """The plan of these field names and non-axis values read from disk into the memo
+        ``plans`` under ``key`` (None where none holds: remembered too)."""
+        if len(plans) >= self.MEMO:
+            plans.clear()
+        file_key = self._file_key(values)
+        plan = plans[key] = None if file_key is None else self._load(names, file_key)
+        return plan
 
     def _path(self, names: tuple[Any, ...], key: Any) -> str:
         name = _digest_text(self.code(), self._where, self.config_folders, names, key)

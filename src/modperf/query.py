@@ -500,24 +500,39 @@ class QueryEngine:
 
     def _point(self, plan: _Plan, fields: Mapping[str, Any]) -> list[int]:
         point: list[int] = []
-        keyed_help = None
         for name in plan.axis_fields:
             if name == HEADS:
                 assert plan.local is not None  # a single query's plan with a heads axis resolved it (_plan)
                 point.append(plan.local)
                 continue
             value = fields.get(name)
-            if value is None:
-                value = plan.fixed.get(name)
-                if value is None:
-                    keyed_help = keyed_help or self.store.table(*_slot_of(plan.template))
-                    raise E.QueryFieldError(
-                        f"missing field {name!r}", values={"field": name, "table": plan.template.table},
-                        fix=_field_help(keyed_help))
-            elif type(value) is not int or value not in limits.range_of(name):
-                value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
+            if type(value) is not int or value not in limits.range_of(name):
+                try:
+                    value = self.axis_value(plan, name, value)
+                except E.ModperfError:
+                    # a value that is not a scalar is refused as a fresh resolution refuses it
+                    # (the plan cache must not change a line's error: a batch's lines answer
+                    # alike whether or not an earlier line resolved their plan)
+                    _check_names(fields)
+                    raise
             point.append(value)
         return point
+
+    def axis_value(self, plan: _Plan, name: str, value: Any) -> int:
+        """The point's coordinate on axis ``name`` (a field of ``plan``) for the field's value:
+        an integer in its range as it is, text or another number parsed (modperf.limits), None
+        the plan's fixed value; a QueryFieldError naming the field otherwise. It depends on the
+        plan, the name and the value alone (a batch keeps it per value)."""
+        if value is None:
+            fixed = plan.fixed.get(name)
+            if fixed is None:
+                raise E.QueryFieldError(
+                    f"missing field {name!r}", values={"field": name, "table": plan.template.table},
+                    fix=_field_help(self.store.table(*_slot_of(plan.template))))
+            return fixed
+        if type(value) is int and value in limits.range_of(name):
+            return value
+        return _as_int(name, value, self.store.table(*_slot_of(plan.template)))
 
     def _refusal(self, plan: _Plan, point: list[int], found: Lookup) -> E.OutOfCoverageError:
         grid = plan.grid

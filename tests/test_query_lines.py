@@ -427,3 +427,54 @@ def test_lines_of_a_known_shape_beside_lines_too_long_or_given_as_text(db: modpe
     out = [line for c in run_chunks(lines, answerer.answer, chunk=50, shapes=shapes, answer_shaped=counted)
            for _, line in c]
     assert out == reference and shaped >= 190
+
+
+def test_axis_values_to_parse_or_refuse_are_read_once_per_value(db: modperf.Database,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value where an integer goes (text, a float, a boolean, null, out of range, a value that
+    is not a number) is read as the query reads it once per value and plan, and its lines take
+    the vectorised path (answered, or refused with the reference's error line); a value that is
+    not a scalar goes through the reference path, which refuses it as a fresh resolution does."""
+    rng = np.random.default_rng(31)
+    values = ["2048", "3000", 2048.0, 3000.5, True, None, 0, 1 << 40, "many", "-0", -0.0, 0.0, "²", [2048]]
+    lines = [json.dumps({**KIMI, "batch_size": int(b), "isl": v}).encode()
+             for v in values for b in rng.integers(1, 64, 40)]
+    data = b"\n".join(lines[i] for i in rng.permutation(len(lines))) + b"\n"
+    reference = [line for _, line in run_lines(read_lines(io.BytesIO(data)), db.queries.query)]
+    for chunk in (7, 4096):
+        answerer = LineAnswerer(modperf.open().queries)
+        read: collections.Counter = collections.Counter()
+        axis_value = answerer.engine.axis_value
+        monkeypatch.setattr(answerer.engine, "axis_value", lambda plan, name, v, f=axis_value, read=read: (
+            read.update([repr(v)]), f(plan, name, v))[1])
+        by_reference: list = []
+        one_at_a_time = answerer.reference
+        monkeypatch.setattr(answerer, "reference", lambda fields, f=one_at_a_time, seen=by_reference: (
+            seen.append(fields["isl"]), f(fields))[1])
+        out = [line for c in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=chunk) for _, line in c]
+        assert out == reference
+        assert by_reference == [[2048]] * 40  # (only the list)
+        assert read.pop("[2048]") == 40  # (the reference path, once per line)
+        assert set(read.values()) == {1} and len(read) == len(values) - 1, read  # (once per value, across chunks)
+    kinds = collections.Counter(json.loads(line).get("kind") or json.loads(line)["error"]["kind"] for line in out)
+    # ("2048", "3000" and 2048.0 read as the integers; the rest refused)
+    assert kinds["query_field"] == 11 * 40 and kinds["exact"] + kinds["interpolated"] >= 40
+
+
+def test_refusals_of_long_text_are_not_kept_for_the_batch(db: modperf.Database) -> None:
+    """A kept error is keyed by its line's values, which a line may hold by the megabyte: long
+    text is refused line by line (within a group, at once), never kept."""
+    long_model = {**KIMI, "model": "org/" + "x" * 5000}
+    long_value = {**KIMI, "isl": "9" * 5000}
+    lines = [json.dumps({**long_model, "batch_size": b}).encode() for b in range(1, 40)]
+    lines += [json.dumps({**long_value, "batch_size": b}).encode() for b in range(1, 40)]
+    lines += [json.dumps({**KIMI, "model": "no/such-model", "batch_size": b}).encode() for b in range(1, 40)]
+    data = b"\n".join(lines) + b"\n"
+    reference = [line for _, line in run_lines(read_lines(io.BytesIO(data)), db.queries.query)]
+    answerer = LineAnswerer(modperf.open().queries)
+    out = [line for c in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=4096) for _, line in c]
+    assert out == reference and len(set(out)) == 3
+    kept = list(answerer._failed)  # (keys: field names, non-axis values, their types)
+    assert len(kept) == 1 and "no/such-model" in kept[0][1]  # (the short one)
+    assert all(len(k[2]) <= 1024 for memo in answerer._axis_values.values() for k in memo[1])
+    assert not answerer._line_errors

@@ -16,9 +16,11 @@ from .lattice import INTERPOLATED, KIND_NAMES, MEASURED_CELL, MISSING_OFFSET, RE
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
     from collections.abc import Mapping
-    from typing import Any
+    from typing import Any, TypeVar
 
     from .lattice import Lattice, Lookup
+
+    P = TypeVar("P", bound="Plan")
 
 #: The rank-local head count's field (modperf.data.families.base.HEADS is this one).
 HEADS = "num_heads"
@@ -128,7 +130,47 @@ class Answer:
 # --- the fast path ----------------------------------------------------------------------------
 
 
-def fast_answer(plan: Any, fields: Mapping[str, Any]) -> tuple[Answer, Any, list[int]] | None:
+#: A plan's ``quality_found`` before anyone looked its group's quality findings up (None is an
+#: answer: the group has none).
+NOT_LOOKED_UP: Any = type("NotLookedUp", (), {"__repr__": lambda self: "NOT_LOOKED_UP"})()
+
+
+class Plan:
+    """Everything a single question resolves to but its point: what :func:`fast_answer` reads.
+
+    The query engine resolves plans (:class:`modperf.query.engine.QueryPlan`) and persisted
+    plans are read back as them (:class:`modperf.fast.plans.StoredPlan`); both answer through
+    :func:`fast_answer`, so an answer is the same bit for bit whichever answered. A plan has:
+
+    * ``template``: the :class:`Answer` every point shares (slot, native, group, provenance);
+    * ``grid``: the lattice of the plan's group (:class:`modperf.fast.lattice.Lattice`);
+    * ``axis_checks``: per axis, in the grid's order, (field name, low, high, the value when the
+      field is left out or None, the lattice offsets of the axis's values); the heads axis reads
+      no field (its name is None) and its value is ``local``;
+    * ``echoed``: (field name, point position) of the axes an answer's fields echo;
+    * ``local``: the rank-local heads where the grid has a heads axis;
+    * ``lanes``: None, or where a backend picks its kernel per shape, (lane, test, reason)
+      triples, with :meth:`lane_for` giving the plan of the lane a point runs;
+    * ``extrapolation_model``: what an extrapolated answer holds utilisation against;
+    * ``quality_found``: the group's quality findings (:data:`NOT_LOOKED_UP` until looked up).
+    """
+
+    __slots__ = ()
+    template: Answer
+    grid: Lattice
+    axis_fields: Any
+    axis_checks: Any
+    echoed: Any
+    local: int | None
+    quality_found: Any
+    extrapolation_model: str
+    lanes: Any = None
+
+    def lane_for(self: P, point: Mapping[str, Any]) -> P:
+        raise NotImplementedError("a plan without lanes has one grid")
+
+
+def fast_answer(plan: P, fields: Mapping[str, Any]) -> tuple[Answer, P, list[int]] | None:
     """(the answer, the plan that answered, the point) where every axis value of ``fields`` is a
     plain int inside its range (or left out where the plan fixes it) and the lattice answers
     the point: a measured cell's stored latency, a blend along the one axis off the lattice, or
@@ -230,4 +272,4 @@ def extrapolation_of(grid: Lattice, model: str, found: Lookup) -> dict[str, Any]
             "outside_axes": list(found.outside), "measured_range": grid.ranges(), "model": model}
 
 
-__all__ = ["HEADS", "Answer", "extrapolation_of", "fast_answer", "quality_notes"]
+__all__ = ["HEADS", "NOT_LOOKED_UP", "Answer", "Plan", "extrapolation_of", "fast_answer", "quality_notes"]

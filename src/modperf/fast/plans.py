@@ -68,7 +68,7 @@ from operator import itemgetter
 
 from ..base.meta import __version__
 from . import persist
-from .answer import Answer, fast_answer, quality_notes
+from .answer import Answer, Plan, fast_answer, quality_notes
 from .cache_keys import (
     DATA_ROOT_ENV,
     EMBEDDED_CONFIGS,
@@ -238,7 +238,7 @@ def file_digest(path: str | None) -> str | None:
 # --- the plans ----------------------------------------------------------------------------------
 
 
-class StoredPlan:
+class StoredPlan(Plan):
     """A plan read from disk: what :func:`modperf.fast.answer.fast_answer` reads, and the group's
     quality notes (``quality``: ``"none"``, ``"notes"`` with them in ``quality_found``, or
     ``"unknown"`` where the writer did not look)."""
@@ -316,6 +316,11 @@ class PlanStore:
             self._context = (frozenset(found[1]),) if type(found) is tuple and found[0] == self.code() else ()
         return self._context[0] if self._context else None
 
+    def axis_names(self) -> frozenset[str] | None:
+        """The query fields that are interpolation axes (the point, not the plan), as the
+        plans of this code were written with; None where none was written."""
+        return self._context_names()
+
     def _names(self, names: tuple[Any, ...]) -> tuple[Callable[[Mapping[str, Any]], tuple[Any, ...]],
                                                        dict[Any, StoredPlan | None]] | None:
         """For one tuple of field names: how to read the values of the fields that are not
@@ -344,6 +349,7 @@ class PlanStore:
     def answer(self, fields: Mapping[str, Any], quality: bool) -> Answer | None:
         """The answer from a persisted plan, or None where there is none that holds for these
         fields (the engine answers then)."""
+        # (plan_for's lookup, inline: a call more costs the warm single query about 3 %)
         names = tuple(fields)
         by_names = self._by_names.get(names) or self._names(names)
         if by_names is None:
@@ -354,10 +360,7 @@ class PlanStore:
         try:
             plan = plans[key]
         except KeyError:
-            if len(plans) >= self.MEMO:
-                plans.clear()
-            file_key = self._file_key(values)
-            plan = plans[key] = None if file_key is None else self._load(names, file_key)
+            plan = self._read(names, values, key, plans)
         except TypeError:  # an unhashable value
             return None
         if plan is None:
@@ -375,6 +378,33 @@ class PlanStore:
         if notes:
             answer.quality = quality_notes(plan, plan.quality_found, point, answer.kind == "exact")
         return answer
+
+    def plan_for(self, fields: Mapping[str, Any]) -> StoredPlan | None:
+        """The persisted plan that holds for these fields (their names in order, and the values
+        and types of those that are not axes), or None; read once per process and key."""
+        names = tuple(fields)
+        by_names = self._by_names.get(names) or self._names(names)
+        if by_names is None:
+            return None
+        getter, plans = by_names
+        values = getter(fields)
+        key = (values, tuple(map(type, values)))
+        try:
+            return plans[key]
+        except KeyError:
+            return self._read(names, values, key, plans)
+        except TypeError:  # an unhashable value
+            return None
+
+    def _read(self, names: tuple[Any, ...], values: tuple[Any, ...], key: Any,
+              plans: dict[Any, StoredPlan | None]) -> StoredPlan | None:
+        """The plan of these field names and non-axis values read from disk into the memo
+        ``plans`` under ``key`` (None where none holds: remembered too)."""
+        if len(plans) >= self.MEMO:
+            plans.clear()
+        file_key = self._file_key(values)
+        plan = plans[key] = None if file_key is None else self._load(names, file_key)
+        return plan
 
     def _path(self, names: tuple[Any, ...], key: Any) -> str:
         name = _digest_text(self.code(), self._where, self.config_folders, names, key)

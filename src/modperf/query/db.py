@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # (a process answering from persisted plans imports none of t
     from ..data.loader import TableStore
     from ..fast.plans import PlanStore
     from ..specs.models import ModelRegistry
-    from .engine import Answer, Latencies, QueryEngine, _Plan
+    from .engine import Answer, Latencies, QueryEngine
 
 
 class Database:
@@ -83,6 +83,12 @@ class Database:
         return self._store
 
     @property
+    def plans(self) -> PlanStore | None:
+        """The persisted query plans this database answers from (modperf.plans); None with the
+        cache off or a data root or config folder that is not a plain folder."""
+        return self._plans
+
+    @property
     def root(self) -> Path:
         return self.catalog.root
 
@@ -112,20 +118,8 @@ class Database:
         if self._query_engine is None:
             from .engine import QueryEngine
 
-            engine = QueryEngine(self.store, self.models)
-            if self._plans is not None:
-                engine.plan_sink = self._persist_plan
-            self._query_engine = engine
+            self._query_engine = QueryEngine(self.store, self.models, plans=self._plans)
         return self._query_engine
-
-    def _persist_plan(self, fields: Mapping[str, Any], plan: _Plan, tables: list[Any], quality: str) -> None:
-        from ..specs.roofline import spec_file
-        from .engine import _AXIS_NAMES
-
-        assert self._plans is not None
-        spec = spec_file(plan.template.system)
-        self._plans.persist(fields, plan, tables, quality, self.catalog.watched, _AXIS_NAMES,
-                            None if spec is None else str(spec))
 
     def query(self, /, **fields: Any) -> Answer:
         """One latency: ``db.query(table=..., system=..., backend=..., version=..., model=... |

@@ -19,6 +19,7 @@ columns by their own names. Rules (docs/queries.md has the full semantics):
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -35,7 +36,8 @@ from ..data.buckets import NATIVE, KeyedTable
 from ..data.families import registry
 from ..data.families.base import DTYPE_KEYS, HEADS, TP, PointTest, Tier
 from ..data.versions import version_key
-from ..fast.answer import Answer, extrapolation_of, fast_answer, quality_notes
+from ..fast.answer import NOT_LOOKED_UP, Answer, Plan, extrapolation_of, fast_answer, quality_notes
+from ..specs import roofline
 from ..specs.roofline import AxisWork, gpu_spec
 from ..specs.shard import local_heads
 from .deployment import geometry_mismatch, nearest_native
@@ -43,6 +45,7 @@ from .interp import EXACT, EXTRAPOLATION_LIMIT, INTERPOLATED, KIND_NAMES, REFUSE
 
 if TYPE_CHECKING:
     from ..data.loader import TableStore
+    from ..fast.plans import PlanStore
     from ..specs.models import ModelConfig, ModelRegistry
 
 SLOT_FIELDS = ("table", "system", "backend", "version")
@@ -68,13 +71,12 @@ class Latencies:
         return iter((self.latency_ms, self.kind))
 
 
-#: A value not computed yet (None is a computed value).
-_UNSET: Any = object()
-
-
 @dataclass
-class _Plan:
-    """Everything about a query except its numeric point: resolved once, reused."""
+class QueryPlan(Plan):
+    """Everything about a query except its numeric point, resolved once by the engine
+    (:meth:`QueryEngine.resolve`) and reused: a :class:`modperf.fast.answer.Plan`, with what
+    the engine needs beside (the group's key for quality notes, each lane's plan, the tables its
+    resolution loaded until its first answer hands it to the plan store)."""
 
     grid: Grid
     template: Answer
@@ -84,10 +86,10 @@ class _Plan:
     findings_key: tuple[Any, ...] | None = None  # the group, for quality notes
     #: Where a lane rule picks the kernel per shape: (lane, test, reason) and each lane's plan.
     lanes: list[tuple[str, PointTest, str]] | None = None
-    lane_plans: dict[str, _Plan] = field(default_factory=dict)
+    lane_plans: dict[str, QueryPlan] = field(default_factory=dict)
     lane_rule: str | None = None
     #: Each lane's plan with its answers labelled by the lane (lane_for), made on first use.
-    lane_answers: dict[str, _Plan] = field(default_factory=dict, init=False, repr=False)
+    lane_answers: dict[str, QueryPlan] = field(default_factory=dict, init=False, repr=False)
     #: What a single query's fast path reads per axis, in axis order: (field name, low, high,
     #: the value when the field is left out or None, the grid's offsets of the axis's lattice
     #: values: Grid.offsets_py). The heads axis reads no field: its name is None (never a
@@ -95,10 +97,10 @@ class _Plan:
     axis_checks: tuple[tuple[str | None, int, int, int | None, dict[int, int]], ...] = field(init=False, repr=False)
     #: (field name, point position) of the axes an answer's fields echo (all but heads).
     echoed: tuple[tuple[str, int], ...] = field(init=False, repr=False)
-    #: The quality findings of the plan's group (QueryEngine._quality_found), once looked up.
-    quality_found: Any = field(default=_UNSET, init=False, repr=False)
-    #: A plan resolved with a plan sink set: the tables its resolution loaded, until its first
-    #: answer hands it to the sink (QueryEngine._persist).
+    #: The quality findings of the plan's group (QueryEngine.quality_found), once looked up.
+    quality_found: Any = field(default=NOT_LOOKED_UP, init=False, repr=False)
+    #: A plan resolved while plans are persisted: the tables its resolution loaded, until its
+    #: first answer hands it to the plan store (QueryEngine.persist).
     pending: list[Any] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -112,19 +114,15 @@ class _Plan:
         self.axis_checks = tuple(checks)
         self.echoed = tuple((name, i) for i, name in enumerate(self.axis_fields) if name != HEADS)
 
-    @property
-    def extrapolation_model(self) -> str:
+    @functools.cached_property
+    def extrapolation_model(self) -> str:  # type: ignore[override]
         """What an extrapolated answer holds, as its ``extrapolation`` lists it (the system's
         GPU, looked up on first use)."""
-        text = self.__dict__.get("_extrapolation_model")
-        if text is None:
-            spec = gpu_spec(self.template.system)
-            text = self.__dict__["_extrapolation_model"] = (
-                "utilisation held against the roofline of " + spec.name
+        spec = gpu_spec(self.template.system)
+        return ("utilisation held against the roofline of " + spec.name
                 + ("" if spec.from_file else " (default GPU: no spec file)"))
-        return text
 
-    def lane_for(self, point: Mapping[str, Any]) -> _Plan:
+    def lane_for(self, point: Mapping[str, Any]) -> QueryPlan:
         """The plan of the lane the backend runs at ``point`` (axis values), its answer saying so."""
         assert self.lanes is not None
         for lane, test, reason in self.lanes:
@@ -146,7 +144,7 @@ class _PlansByNames:
 
     def __init__(self, values_of: Callable[[Mapping[str, Any]], tuple[Any, ...]]) -> None:
         self.values_of = values_of
-        self.plans: dict[tuple[Any, ...], _Plan] = {}
+        self.plans: dict[tuple[Any, ...], QueryPlan] = {}
 
 
 @dataclass
@@ -345,22 +343,24 @@ class QueryEngine:
     #: as queries reach them (a 20M-point table's whole assessment takes seconds and GiBs).
     QUALITY_WHOLE_POINTS = 2_000_000
 
-    def __init__(self, store: TableStore, models: ModelRegistry, *, annotate_quality: bool = True) -> None:
+    def __init__(self, store: TableStore, models: ModelRegistry, *, annotate_quality: bool = True,
+                 plans: PlanStore | None = None) -> None:
         self.store = store
         self.models = models
         #: Whether single answers list the quality findings on the points they stand on.
         self.annotate_quality = annotate_quality
         self._indexes: dict[Any, TableIndex] = {}
         #: per tuple of field names (in order), the plans of the values of its other fields
-        self._plans: dict[tuple[Any, ...], _PlansByNames] = {}
+        self._plan_cache: dict[tuple[Any, ...], _PlansByNames] = {}
         self._n_plans = 0  # plans held (at most PLAN_CACHE)
-        self._many_plans: dict[tuple[Any, ...], _Plan] = {}
+        self._many_plans: dict[tuple[Any, ...], QueryPlan] = {}
         self._quality_groups: dict[tuple[Any, ...], Any] = {}
         self._quality_index: dict[Any, dict[tuple[Any, ...], dict[tuple[Any, ...], list[dict[str, Any]]]]] = {}
         self._lock = threading.Lock()
         #: Called with (fields, plan, the tables it depends on, its quality state) after the first
         #: answer of each single-query plan this engine resolves (modperf.fast.plans persists it).
-        self.plan_sink: Callable[[Mapping[str, Any], _Plan, list[Any], str], Any] | None = None
+        #: Where each plan is persisted after its first answer (modperf.fast.plans), or None.
+        self.plans = plans
 
     def index(self, keyed: KeyedTable) -> TableIndex:
         key = (keyed.ref.path, keyed.ref.slot)
@@ -378,7 +378,7 @@ class QueryEngine:
         findings on the measured points it stands on. ``diagnose=False`` refuses a point outside
         the grid without searching for the nearest measured points (a caller trying several
         kernels asks again, diagnosed, only when every one refuses)."""
-        asked = self._cached_plan(fields)
+        asked = self.plan(fields)
         found = fast_answer(asked, fields)
         if found is None:  # a value to parse, or a point to refuse: the reference path
             return self.answer_of(asked, fields, quality=quality, diagnose=diagnose)
@@ -387,34 +387,36 @@ class QueryEngine:
         exact_hit = values["kind"] == "exact"
         if self.annotate_quality if quality is None else quality:
             found_quality = plan.quality_found
-            if found_quality is _UNSET:
-                found_quality = plan.quality_found = self._quality_found(plan)
+            if found_quality is NOT_LOOKED_UP:
+                found_quality = plan.quality_found = self.quality_found(plan)
             if found_quality is not None:
                 values["quality"] = quality_notes(plan, found_quality, point, exact_hit)
         if asked.pending is not None:
-            self._persist(asked, fields)
+            self.persist(asked, fields)
         return answer
 
-    def _persist(self, plan: _Plan, fields: Mapping[str, Any]) -> None:
-        """Hand a plan to the plan sink after its first answer, with every table it depends on:
-        those its resolution loaded, and where its group's quality notes were looked up, the
-        files they compare it with; its quality state: ``"none"`` (the group has no notes),
-        ``"notes"`` (``plan.quality_found`` holds them), ``"unknown"`` (nobody looked)."""
+    def persist(self, plan: QueryPlan, fields: Mapping[str, Any]) -> None:
+        """Hand a plan to the plan store after its first answer (:meth:`modperf.fast.plans.PlanStore.persist`),
+        with every table it depends on: those its resolution loaded, and where its group's
+        quality notes were looked up, the files they compare it with; its quality state:
+        ``"none"`` (the group has no notes), ``"notes"`` (``plan.quality_found`` holds them),
+        ``"unknown"`` (nobody looked)."""
         loads, plan.pending = plan.pending, None
-        sink = self.plan_sink
-        if sink is None or loads is None:
+        if self.plans is None or loads is None:
             return
         found = plan.quality_found
-        if found is _UNSET:
+        if found is NOT_LOOKED_UP:
             state = "unknown"
         else:
             with self.store.recording() as compared:
                 self._compared(grid_keyed(self, plan))
             loads = [*loads, *compared]
             state = "none" if found is None else "notes"
-        sink(fields, plan, loads, state)
+        spec = roofline.spec_file(plan.template.system)
+        self.plans.persist(fields, plan, loads, state, self.store.catalog.watched, AXIS_NAMES,
+                           None if spec is None else str(spec))
 
-    def answer_of(self, plan: _Plan, fields: Mapping[str, Any], *, quality: bool | None = None,
+    def answer_of(self, plan: QueryPlan, fields: Mapping[str, Any], *, quality: bool | None = None,
                   diagnose: bool = True) -> Answer:
         """The reference path of :meth:`query` for a resolved plan: the point parsed field by
         field (modperf.base.limits), the grid's general lookup, the answer a copy of the template
@@ -447,12 +449,12 @@ class QueryEngine:
         answer.fields = resolved
         answer.extrapolation = extrapolation
         if self.annotate_quality if quality is None else quality:
-            answer.quality = self._quality_of(plan, point)
+            answer.quality = self.quality_of(plan, point)
         if plan_asked.pending is not None:  # (a plan's first answer, its point parsed here)
-            self._persist(plan_asked, fields)
+            self.persist(plan_asked, fields)
         return answer
 
-    def _cached_plan(self, fields: Mapping[str, Any]) -> _Plan:
+    def plan(self, fields: Mapping[str, Any]) -> QueryPlan:
         # the key: the field names in the order given (the same fields in another order are
         # another entry of one plan; which axis fields were given is part of it too: a plan
         # resolved without `step` carries the note that step defaulted to 0, which a query
@@ -460,12 +462,12 @@ class QueryEngine:
         # (0 == False and 1 == True, but only a bool is a flag: modperf.base.limits). The axis
         # values are the point, not the plan.
         names = tuple(fields)
-        by_names = self._plans.get(names)
+        by_names = self._plan_cache.get(names)
         if by_names is None:
-            if len(self._plans) >= self.PLAN_CACHE:
-                self._plans.clear()
+            if len(self._plan_cache) >= self.PLAN_CACHE:
+                self._plan_cache.clear()
                 self._n_plans = 0
-            by_names = self._plans[names] = _PlansByNames(_values_getter(names))
+            by_names = self._plan_cache[names] = _PlansByNames(_values_getter(names))
         values = by_names.values_of(fields)
         plan_key: tuple[Any, ...] | None = (values, tuple(map(type, values)))
         plans = by_names.plans
@@ -474,44 +476,59 @@ class QueryEngine:
         except TypeError:  # an unhashable value: resolve without the cache
             plan, plan_key = None, None
         if plan is None:
-            if self.plan_sink is not None:
+            if self.plans is not None:
                 with self.store.recording() as loads:
-                    plan = self._plan(fields)
+                    plan = self.resolve(fields)
                 plan.pending = loads
             else:
-                plan = self._plan(fields)
+                plan = self.resolve(fields)
             if plan_key is not None:
                 if self._n_plans >= self.PLAN_CACHE:  # full: start over (this names' entry kept, emptied)
-                    self._plans.clear()
+                    self._plan_cache.clear()
                     plans.clear()
-                    self._plans[names] = by_names
+                    self._plan_cache[names] = by_names
                     self._n_plans = 0
                 plans[plan_key] = plan
                 self._n_plans += 1
         return plan
 
-    def _point(self, plan: _Plan, fields: Mapping[str, Any]) -> list[int]:
+    def _point(self, plan: QueryPlan, fields: Mapping[str, Any]) -> list[int]:
         point: list[int] = []
-        keyed_help = None
         for name in plan.axis_fields:
             if name == HEADS:
                 assert plan.local is not None  # a single query's plan with a heads axis resolved it (_plan)
                 point.append(plan.local)
                 continue
             value = fields.get(name)
-            if value is None:
-                value = plan.fixed.get(name)
-                if value is None:
-                    keyed_help = keyed_help or self.store.table(*_slot_of(plan.template))
-                    raise E.QueryFieldError(
-                        f"missing field {name!r}", values={"field": name, "table": plan.template.table},
-                        fix=_field_help(keyed_help))
-            elif type(value) is not int or value not in limits.range_of(name):
-                value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
+            if type(value) is not int or value not in limits.range_of(name):
+                try:
+                    value = self.axis_value(plan, name, value)
+                except E.ModperfError:
+                    # a value that is not a scalar is refused as a fresh resolution refuses it
+                    # (the plan cache must not change a line's error: a batch's lines answer
+                    # alike whether or not an earlier line resolved their plan)
+                    _check_names(fields)
+                    raise
             point.append(value)
         return point
 
-    def _refusal(self, plan: _Plan, point: list[int], found: Lookup) -> E.OutOfCoverageError:
+    def axis_value(self, plan: QueryPlan, name: str, value: Any) -> int:
+        """The point's coordinate on axis ``name`` (a field of ``plan``) for the field's value:
+        an integer in its range as it is, text or another number parsed (modperf.limits), None
+        the plan's fixed value; a QueryFieldError naming the field otherwise. It depends on the
+        plan, the name and the value alone (a batch keeps it per value)."""
+        if value is None:
+            fixed = plan.fixed.get(name)
+            if fixed is None:
+                raise E.QueryFieldError(
+                    f"missing field {name!r}", values={"field": name, "table": plan.template.table},
+                    fix=_field_help(self.store.table(*_slot_of(plan.template))))
+            return fixed
+        if type(value) is int and value in limits.range_of(name):
+            return value
+        return _as_int(name, value, self.store.table(*_slot_of(plan.template)))
+
+    def _refusal(self, plan: QueryPlan, point: list[int], found: Lookup) -> E.OutOfCoverageError:
         grid = plan.grid
         return refusal_error(plan, dict(zip(grid.axes, point)), refusal_where(found.distance),
                              grid.nearest_covered(point)[:3])
@@ -519,23 +536,24 @@ class QueryEngine:
     def grid(self, fields: Mapping[str, Any]) -> Grid:
         """The grid that answers queries with these fields (the numeric axes and ``num_heads``,
         where it is a grid axis, may be left out): for diagnostics and tests."""
-        vector = set(_AXIS_NAMES) | {HEADS}
-        plan = self._plan(fields, vector_fields={k for k in vector if k not in fields})
+        vector = set(AXIS_NAMES) | {HEADS}
+        plan = self.resolve(fields, vector_fields={k for k in vector if k not in fields})
         if plan.lanes is not None:
             plan = plan.lane_for({k: fields[k] for k in plan.axis_fields if k in fields})
         return plan.grid
 
     # -- quality notes -----------------------------------------------------------------------
 
-    def _quality_of(self, plan: _Plan, point: list[int]) -> list[dict[str, Any]] | None:
+    def quality_of(self, plan: QueryPlan, point: list[int]) -> list[dict[str, Any]] | None:
         """Quality findings (modperf.data.quality) on the measured points an answer stands on: the
         point itself when exact, else the measured corners of its interpolation box."""
         found = plan.quality_found
-        if found is _UNSET:  # (kept on the plan, as the fast path keeps it)
-            found = plan.quality_found = self._quality_found(plan)
+        if found is NOT_LOOKED_UP:  # (kept on the plan, as the fast path keeps it)
+            found = plan.quality_found = self.quality_found(plan)
         return None if found is None else quality_notes(plan, found, point, False)
 
-    def _quality_found(self, plan: _Plan) -> tuple[dict[tuple[Any, ...], list[dict[str, Any]]], tuple[str, ...]] | None:
+    def quality_found(self, plan: QueryPlan
+                      ) -> tuple[dict[tuple[Any, ...], list[dict[str, Any]]], tuple[str, ...]] | None:
         """The quality findings of the plan's group by (heads, axis values), with the table's
         axes; None where the group has none (most groups)."""
         group = plan.findings_key
@@ -621,7 +639,7 @@ class QueryEngine:
         # values, when every array is a numeric axis (as the single-query plan cache assumes):
         # reuse it then (a sweep calls this in a loop)
         plan_key: tuple[Any, ...] | None = None
-        if arrays.keys() <= _AXIS_NAMES:
+        if arrays.keys() <= AXIS_NAMES:
             plan_key = ("many", frozenset(arrays), *[(k, type(v), v) for k, v in scalar.items()])
             try:
                 plan = self._many_plans.get(plan_key)
@@ -635,7 +653,7 @@ class QueryEngine:
                 flat = np.asarray(v).ravel()
                 first = flat[0] if flat.size else 0
                 probe[k] = first.item() if isinstance(first, np.generic) else first  # parsed like any field
-            plan = self._plan(probe, vector_fields=set(arrays))
+            plan = self.resolve(probe, vector_fields=set(arrays))
             if plan_key is not None:
                 if len(self._many_plans) >= self.PLAN_CACHE:
                     self._many_plans.clear()
@@ -688,7 +706,7 @@ class QueryEngine:
         return Latencies(lat, kinds, plan.template)
 
     @staticmethod
-    def _one_point(plan: _Plan, arrays: Mapping[str, Any], scalar: Mapping[str, Any]) -> Latencies | None:
+    def _one_point(plan: QueryPlan, arrays: Mapping[str, Any], scalar: Mapping[str, Any]) -> Latencies | None:
         """A call of one point (every array a numpy array of one integer, every other axis a
         plain int or the plan's fixed value, all inside their ranges) answered exactly or
         between measured points by the scalar lookup, in the arrays' shape; None for anything
@@ -725,7 +743,7 @@ class QueryEngine:
 
     # -- resolution ----------------------------------------------------------------------
 
-    def _plan(self, fields: Mapping[str, Any], vector_fields: set[str] | None = None) -> _Plan:
+    def resolve(self, fields: Mapping[str, Any], vector_fields: set[str] | None = None) -> QueryPlan:
         _check_names(fields)
         vector_fields = vector_fields or set()
         table, system, backend, version = _slot(fields)
@@ -905,9 +923,9 @@ class QueryEngine:
                     f"given ({', '.join(lane_options)}) and the lane rule ({spec.lane.description}) does not apply",
                     values={"field": spec.lane.column, "table": table, "values": lane_options},
                     fix=f"give {spec.lane.column}")
-            subs = {lane: self._plan({**fields, spec.lane.column: lane}, vector_fields) for lane, _, _ in partition}
+            subs = {lane: self.resolve({**fields, spec.lane.column: lane}, vector_fields) for lane, _, _ in partition}
             first = next(iter(subs.values()))
-            return _Plan(first.grid, first.template, first.axis_fields, first.fixed, first.local,
+            return QueryPlan(first.grid, first.template, first.axis_fields, first.fixed, first.local,
                          first.findings_key, lanes=partition, lane_plans=subs, lane_rule=spec.lane.description)
 
         fixed: dict[str, int] = {}
@@ -1006,7 +1024,7 @@ class QueryEngine:
             reused_from=ref.reuse.from_version if ref.reuse else None,
             reuse_reason=ref.reuse.reason if ref.reuse else None, substituted_from=substituted_from,
             derived=derived, defaults=defaults, notes=notes, version_chosen=version_note is not None)
-        return _Plan(grid, template, tuple(axis_fields), fixed, local, group)
+        return QueryPlan(grid, template, tuple(axis_fields), fixed, local, group)
 
     def _default_version(self, system: str, backend: str, table: str, native: int | None) -> tuple[str, str]:
         """The newest version of the backend on the system whose table covers the native (any
@@ -1101,13 +1119,13 @@ class QueryEngine:
 
 #: Every interpolation axis any family declares: the numeric part of a query, left out of the
 #: plan cache key so that a sweep over shapes reuses one resolved plan.
-_AXIS_NAMES = frozenset(a for fam in registry().values() for spec in fam.tables for a in spec.axes)
+AXIS_NAMES = frozenset(a for fam in registry().values() for spec in fam.tables for a in spec.axes)
 
 
 def _values_getter(names: tuple[Any, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
     """The values of the fields among ``names`` that are not interpolation axes, in order, as
     a tuple (operator.itemgetter: no Python loop per field)."""
-    keep = [n for n in names if n not in _AXIS_NAMES]
+    keep = [n for n in names if n not in AXIS_NAMES]
     if len(keep) >= 2:
         return itemgetter(*keep)
     if keep:
@@ -1122,7 +1140,7 @@ def refusal_where(distance: float) -> str:
         "in a region of the ragged grid no measurement reaches within the limit"
 
 
-def refusal_error(plan: _Plan, coords: Any, where: str, nearest: Any) -> E.OutOfCoverageError:
+def refusal_error(plan: QueryPlan, coords: Any, where: str, nearest: Any) -> E.OutOfCoverageError:
     """The error refusing a point of ``plan`` (its axis values ``coords``, :func:`refusal_where`,
     the nearest measured cells); modperf.query.lines makes a template of it with markers for
     the three."""
@@ -1138,5 +1156,5 @@ def _slot_of(t: Answer) -> tuple[str, str, str, str]:
     return (t.system, t.backend, t.version, t.table)
 
 
-def grid_keyed(engine: QueryEngine, plan: _Plan) -> KeyedTable:
+def grid_keyed(engine: QueryEngine, plan: QueryPlan) -> KeyedTable:
     return engine.store.table(*_slot_of(plan.template))

@@ -1,4 +1,4 @@
-"""The serving model: TTFT and TPOT of a deployment from the step costs of its engine.
+"""The serving model's arithmetic: TTFT and TPOT of a deployment from the step costs of its engine.
 
 Pure arithmetic on step times (milliseconds) that :mod:`modperf.predict` prices from the op
 tables; nothing here reads a table. docs/serving.md states the model, its assumptions and
@@ -15,8 +15,8 @@ every constant with where it comes from. In short:
 * **Disaggregated**: TPOT is the decode pool's step (no prefill beside it); TTFT is the
   prefill pool's (its own prefill, its queue, the KV transfer to the decode pool).
 
-Backend defaults that are not fitted (chunk sizes, memory fractions, scheduler kind) are
-:data:`BACKENDS`; the fitted constants are :mod:`modperf.serving_constants`.
+What each backend does (chunk sizes, memory rules, scheduler, CUDA graphs) and its fitted
+constants live in its own module of :mod:`modperf.serving`.
 """
 
 from __future__ import annotations
@@ -24,70 +24,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import errors as E
-from .roofline import gpu_spec
+import numpy as np
 
-GiB = 2**30
-MiB = 2**20
-
-
-@dataclass(frozen=True)
-class Backend:
-    """What a backend does by default (not fitted; sources in docs/serving.md)."""
-
-    name: str
-    #: Per-step token budget: vLLM max_num_batched_tokens, TRT-LLM max_num_tokens, SGLang
-    #: chunked_prefill_size (8192 below 160 GB of GPU memory, 16384 from there).
-    chunk_tokens: int
-    chunk_tokens_large_gpu: int
-    #: "mixed": prefill chunks ride in the decode steps (vLLM decode-first, TRT-LLM in-flight);
-    #: "prefill_first": prefill steps run alone and stall the decodes (SGLang without mixed chunks).
-    scheduler: str
-    #: Most requests running at once per rank (vLLM max_num_seqs, TRT-LLM max_batch_size,
-    #: SGLang: the KV pool alone decides).
-    max_running: int
-    #: KV blocks reserved per request: the whole sequence (TRT-LLM GUARANTEED_NO_EVICT) or as it
-    #: grows (vLLM, SGLang: on average isl + osl / 2).
-    reserves_whole_sequence: bool
-
-
-BACKENDS: dict[str, Backend] = {
-    "vllm": Backend("vllm", 8192, 8192, "mixed", 1024, False),
-    "trtllm": Backend("trtllm", 8192, 8192, "mixed", 2048, True),
-    "sglang": Backend("sglang", 8192, 16384, "prefill_first", 1 << 20, False),
-}
-
-#: SGLang's chunk doubles on GPUs with at least this much memory (server_args: >= 160 GB).
-LARGE_GPU_BYTES = 160e9
-
-
-def backend_of(name: str) -> Backend:
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        raise E.OptionValueError(f"no serving defaults for backend {E.quote(name)}", values={"backend": name},
-                                 fix=f"backends with serving defaults: {', '.join(sorted(BACKENDS))}") from None
-
-
-def chunk_tokens(backend: Backend, mem_capacity: float) -> int:
-    return backend.chunk_tokens_large_gpu if mem_capacity >= LARGE_GPU_BYTES else backend.chunk_tokens
-
-
-def kv_budget_bytes(backend: Backend, *, mem_capacity: float, weights: float, other: float, chunk: int,
-                    gpus: int) -> float:
-    """Bytes of one GPU left for the KV cache under the backend's memory rule:
-    vLLM ``0.90 * capacity - weights - other``; TRT-LLM ``0.90 * (capacity - weights - other)``;
-    SGLang ``mem_fraction_static * capacity - weights`` with its reserve of 512 MiB + 1.5 MiB per
-    chunk token + 2 MiB per CUDA-graph batch (512) + tp/8 GiB, at least 10 GiB on large GPUs.
-    ``other`` is the system file's ``misc.other_mem`` (activations, CUDA graphs, NCCL)."""
-    if backend.name == "vllm":
-        return 0.90 * mem_capacity - weights - other
-    if backend.name == "trtllm":
-        return 0.90 * (mem_capacity - weights - other)
-    reserved = 512 * MiB + 1.5 * MiB * max(chunk, 2048) + 2 * MiB * 512 + gpus / 8 * GiB
-    if mem_capacity > 60e9:
-        reserved = max(reserved, 10 * GiB)
-    return mem_capacity - reserved - weights
+from .. import errors as E
 
 
 @dataclass(frozen=True)
@@ -125,7 +64,7 @@ class AggInputs:
 
 @dataclass
 class ServingTimes:
-    ttft_ms: float
+    ttft_ms: float | None  # None: the deployment does not fix it (disaggregated, topology unknown)
     tpot_ms: float
     #: How the answer was reached: throughput, utilisation, queueing terms, whether the capacity
     #: bound or the admission queue decided it.
@@ -135,42 +74,47 @@ class ServingTimes:
         return asdict(self)
 
 
+def closed_loop(batch: Any, rounds: Any, w: Any, td: Any, cap: Any, own: Any, packed: Any, c: Constants
+                ) -> tuple[Any, Any, Any, Any, Any]:
+    """The aggregated closed loop in closed form, on floats or numpy arrays alike (the fit
+    solves every calibration row at once): ``batch`` running users, ``rounds`` = osl - 1,
+    ``w`` one request's prefill work, ``td`` the decode step, ``cap`` the capped step, ``own``
+    a request's own prefill, ``packed`` requests per prefill step (all scaled already).
+    Returns (TTFT, TPOT, rate X per ms, prefill share U, capacity bound).
+
+    With ``q = w (B - 1) / B`` and ``a = tau0 + own + kappa (B - 1) / 2 w`` (TTFT less the
+    steps waited), TPOT ``= td / (1 - X q)`` while below the capped step, and Little's law
+    ``X (a + (s + R) TPOT) = B`` is the quadratic ``a q X^2 - (a + (s + R) td + B q) X + B = 0``,
+    whose smaller root is the one with ``X q < 1``. Past the capped step TPOT is ``cap`` and
+    ``X = B / (a + (s + R) cap)``. The prefill capacity (``packed`` requests per capped step)
+    bounds ``X`` by ``packed / cap``: ``X (max(TTFT, B cap / packed - R TPOT) + R TPOT)`` rises
+    with ``X``, so the root is the smaller of the two."""
+    q = w * (batch - 1) / batch
+    a = c.tau0_ms + own + c.kappa * (batch - 1) / 2.0 * w
+    sr = c.steps_waited + rounds
+    b = a + sr * td + batch * q
+    uncapped = 2.0 * batch / (b + np.sqrt(np.maximum(b * b - 4.0 * a * q * batch, 0.0)))
+    capped = batch / (a + sr * cap)
+    tpot_uncapped = td / np.maximum(1.0 - uncapped * q, 1e-300)
+    rate = np.minimum(np.where(tpot_uncapped <= cap, uncapped, capped), packed / cap)
+    u = rate * q
+    tpot = np.where(u < 1.0, np.minimum(td / np.maximum(1.0 - u, 1e-300), cap), cap)
+    ttft = a + c.steps_waited * tpot
+    floor = batch * cap / packed - rounds * tpot
+    return np.maximum(ttft, floor), tpot, rate, u, floor > ttft
+
+
 def _agg_closed_loop(x: AggInputs, c: Constants, batch: int) -> ServingTimes:
     """Solve the closed loop for ``batch`` running users (no admission queue)."""
     w = c.s_pre * x.prefill_packed_ms / x.packed  # one request's share of prefill work
     td = c.s_dec * x.decode_ms
-    cap = c.s_dec * x.decode_ms + c.s_pre * (x.capped_ms - x.decode_ms)
-    cap = max(cap, td)
+    cap = max(c.s_dec * x.decode_ms + c.s_pre * (x.capped_ms - x.decode_ms), td)
     own = c.s_pre * x.prefill_one_ms
-    rounds = x.osl - 1
-
-    others = (batch - 1) / batch  # a user's own prefill is in its TTFT, not beside its decodes
-
-    def times(rate: float) -> tuple[float, float, float, bool]:
-        u = rate * w * others
-        tpot = min(td / (1.0 - u), cap) if u < 1.0 else cap
-        ttft = c.tau0_ms + c.steps_waited * tpot + own + c.kappa * (batch - 1) / 2.0 * w
-        floor = batch * cap / x.packed - rounds * tpot  # prefill capacity: `packed` per capped step
-        bound = floor > ttft
-        return max(ttft, floor), tpot, u, bound
-
-    # g(X) = X - B / (TTFT(X) + (O - 1) TPOT(X)) rises with X: bisect for its root
-    lo, hi = 0.0, batch / max(own + c.tau0_ms, 1e-9)
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        ttft, tpot, _, _ = times(mid)
-        if mid * (ttft + rounds * tpot) > batch:
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    rate = 0.5 * (lo + hi)
-    ttft, tpot, u, bound = times(rate)
-    return ServingTimes(ttft, tpot, {
-        "requests_per_s_per_rank": rate * 1000.0, "prefill_utilisation": u, "capacity_bound": bound,
-        "queue_ms": c.kappa * (batch - 1) / 2.0 * w, "own_prefill_ms": own, "decode_step_ms": td,
-        "capped_step_ms": cap, "running": batch})
+    ttft, tpot, rate, u, bound = closed_loop(batch, x.osl - 1, w, td, cap, own, x.packed, c)
+    return ServingTimes(float(ttft), float(tpot), {
+        "requests_per_s_per_rank": float(rate) * 1000.0, "prefill_utilisation": float(u),
+        "capacity_bound": bool(bound), "queue_ms": c.kappa * (batch - 1) / 2.0 * w, "own_prefill_ms": own,
+        "decode_step_ms": td, "capped_step_ms": cap, "running": batch})
 
 
 def aggregated(x: AggInputs, c: Constants) -> ServingTimes:
@@ -185,6 +129,7 @@ def aggregated(x: AggInputs, c: Constants) -> ServingTimes:
         return out
     m = x.max_running
     inner = _agg_closed_loop(x, c, m)
+    assert inner.ttft_ms is not None
     cycle = inner.ttft_ms + (x.osl - 1) * inner.tpot_ms
     wait = (x.batch - m) / m * cycle  # the queue drains at m requests per cycle
     inner.detail.update(admission_wait_ms=wait, waiting=x.batch - m)
@@ -193,21 +138,28 @@ def aggregated(x: AggInputs, c: Constants) -> ServingTimes:
 
 @dataclass
 class DisaggInputs:
-    concurrency: int  # closed-loop users over the whole deployment
+    """Step costs (ms) and shape of one disaggregated deployment. The prefill side
+    (``concurrency``, ``prefill_ranks``, the prefill steps, ``kv_transfer_ms``) is None where the
+    deployment gives no worker counts: TPOT (the decode pool's step) is then the only answer."""
+
+    concurrency: int | None  # closed-loop users over the whole deployment
     isl: int
     osl: int
-    prefill_ranks: int  # prefill workers x their attention-DP ranks
-    prefill_one_ms: float
-    prefill_packed_ms: float  # one prefill step of `packed` requests on a prefill rank
+    prefill_ranks: int | None  # prefill workers x their attention-DP ranks
+    prefill_one_ms: float | None
+    prefill_packed_ms: float | None  # one prefill step of `packed` requests on a prefill rank
     packed: int
     decode_ms: float  # one decode step of the decode rank's batch at the mean kv length
-    kv_transfer_ms: float
+    kv_transfer_ms: float | None
 
 
 def disaggregated(x: DisaggInputs, c: Constants) -> ServingTimes:
     """TTFT and TPOT of a disaggregated deployment (module doc); ``steps_waited`` has no part
     here (no decode step runs before a request's prefill on its pool)."""
     tpot = c.s_dec * x.decode_ms
+    if (x.concurrency is None or x.prefill_ranks is None or x.prefill_one_ms is None
+            or x.prefill_packed_ms is None or x.kv_transfer_ms is None):
+        return ServingTimes(None, tpot, {"decode_step_ms": tpot})
     w = c.s_pre * x.prefill_packed_ms / x.packed
     own = c.s_pre * x.prefill_one_ms
     per_rank = x.concurrency / x.prefill_ranks
@@ -235,44 +187,15 @@ def mean_kv(isl: int, osl: int) -> int:
     return isl + osl // 2
 
 
-@dataclass(frozen=True)
-class SystemMemory:
-    """One GPU's memory (``gpu.mem_capacity``) and the reserve the system file keeps for
-    activations, CUDA graphs and NCCL (``misc.other_mem``), in bytes."""
-
-    capacity: float
-    other: float
-
-
-def system_memory(system: str) -> SystemMemory:
-    """The memory of ``system`` from its yaml, as :func:`modperf.roofline.gpu_spec` reads it; a
-    SystemSpecError where the file is missing or gives no capacity."""
-    gpu = gpu_spec(system)
-    if not gpu.from_file or gpu.mem_capacity <= 0:
-        from .catalog import embedded_systems_dir
-
-        path = embedded_systems_dir() / f"{system}.yaml"
-        reason = "no positive gpu.mem_capacity" if gpu.from_file else "no system file"
-        raise E.SystemSpecError(f"no memory size for system {E.quote(system)}: {reason}", file=path,
-                                fix=f"add {path.name} with gpu.mem_capacity (bytes) and misc.other_mem beside "
-                                    "the data")
-    return SystemMemory(gpu.mem_capacity, gpu.other_mem)
-
-
 __all__ = [
-    "BACKENDS",
     "AggInputs",
-    "Backend",
     "Constants",
     "DisaggInputs",
     "ServingTimes",
     "aggregated",
-    "backend_of",
-    "chunk_tokens",
     "chunks",
+    "closed_loop",
     "disaggregated",
-    "kv_budget_bytes",
     "mean_kv",
     "packed_requests",
-    "system_memory",
 ]

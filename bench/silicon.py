@@ -43,9 +43,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,7 @@ import modperf
 from modperf import errors as E
 from modperf.predict import Priced, deployment_from_row, price, solve
 from modperf.serving import BACKENDS, Constants, backend_of, generation_of
-from modperf.serving.fit import FitResult, Row, fit_backend
+from modperf.serving.fit import FitResult, Row, fit_agg, fit_disagg
 from modperf.silicon import question, silicon_rows
 from silicon_tool import stats
 
@@ -124,13 +124,25 @@ def noise_floor(rows: list[dict[str, Any]]) -> tuple[float, float, float, float]
 
 
 def price_all(db: modperf.Database, rows: list[dict[str, Any]]) -> dict[str, Priced | E.ModperfError]:
+    """Every row priced strictly; a row a table refuses (NotCoveredError) is priced again with
+    ``allow_substitute``, and kept as a substituted row where that answers with substitutions
+    (``Priced.substitutions``): the scoreboard scores those apart, the fit never uses them."""
     out: dict[str, Priced | E.ModperfError] = {}
     start = time.perf_counter()
     for i, r in enumerate(rows):
+        dep = None
         try:
-            out[r["id"]] = price(db, deployment_from_row(question(r)))
+            dep = deployment_from_row(question(r))
+            out[r["id"]] = price(db, dep)
         except E.ModperfError as exc:
             out[r["id"]] = exc
+            if isinstance(exc, E.NotCoveredError) and dep is not None:
+                try:
+                    again = price(db, dep, allow_substitute=True)
+                except E.ModperfError:
+                    again = None
+                if again is not None and again.substitutions:
+                    out[r["id"]] = again
         if (i + 1) % 500 == 0:
             print(f"  priced {i + 1}/{len(rows)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return out
@@ -173,8 +185,9 @@ def calibration_rows(rows, priced, mode: str | None = None) -> list[dict[str, An
     calib, seen = [], set()
     for r in rows:
         pair = (r["silicon_ttft_ms"], r["silicon_tpot_ms"])
+        p = priced[r["id"]]
         if r["split"] != "calib" or (mode and r["mode"] != mode) or pair in seen \
-                or not isinstance(priced[r["id"]], Priced):
+                or not isinstance(p, Priced) or p.substitutions:
             continue
         seen.add(pair)
         calib.append(r)
@@ -187,16 +200,20 @@ def fit_row(r: dict[str, Any], priced, generation: Any = "system") -> Row:
                float(r["silicon_tpot_ms"]))
 
 
-def fit(rows, priced, generation: Any = "system") -> dict[str, FitResult]:
-    """Every backend's constants from the calibration rows (modperf.serving.fit); ``generation``
-    "system" fits step scales per GPU generation, a fixed value pools every generation."""
+def fit(rows, priced, generation: Any = "system", host_floor: bool = True,
+        disagg_host_floor: bool = False) -> dict[str, FitResult]:
+    """Every backend's constants from the calibration rows (modperf.serving.fit): aggregated per
+    backend, disaggregated one set for all (written into each backend's module). ``generation``
+    "system" fits step scales per GPU generation, another value pools every generation under
+    it; ``host_floor=False`` fixes the host's time per eager op at 0."""
     calib = calibration_rows(rows, priced)
+    disagg = fit_disagg([fit_row(r, priced, generation) for r in calib if r["mode"] == "disagg"],
+                        host_floor=disagg_host_floor)
     out = {}
     for backend in sorted(BACKENDS):
-        mine = [r for r in calib if r["backend"] == backend]
-        agg = [fit_row(r, priced, generation) for r in mine if r["mode"] == "agg"]
-        disagg = [fit_row(r, priced, generation) for r in mine if r["mode"] == "disagg"]
-        out[backend] = fit_backend(agg, disagg)
+        agg = fit_agg([fit_row(r, priced, generation) for r in calib if r["backend"] == backend
+                       and r["mode"] == "agg"], host_floor=host_floor)
+        out[backend] = FitResult({**agg.sets, **disagg.sets}, {**agg.what, **disagg.what})
     return out
 
 
@@ -212,10 +229,12 @@ def write_constants(results: dict[str, FitResult]) -> None:
         lines = [BEGIN, f"{cls}.fitted = Fitted(", "    sets={"]
         for (mode, gen), c in result.sets.items():
             lines.append(f'        ("{mode}", "{gen}"): Constants(s_pre={c.s_pre}, s_dec={c.s_dec}, '
-                         f"tau0_ms={c.tau0_ms}, kappa={c.kappa}),")
+                         f"tau0_ms={c.tau0_ms}, kappa={c.kappa}, host_op_ms={c.host_op_ms}),")
         lines += ["    },", "    what={"]
         for (mode, gen), what in result.what.items():
-            lines.append(f'        ("{mode}", "{gen}"): "{what}",')
+            pieces = textwrap.wrap(what, 76, drop_whitespace=False)
+            lines.append(f'        ("{mode}", "{gen}"): "{pieces[0]}"' + ("," if len(pieces) == 1 else ""))
+            lines += [f'            "{piece}"' + ("," if i == len(pieces) - 2 else "") for i, piece in enumerate(pieces[1:])]
         lines += ["    },", f'    date="{stamp}",', ")", END]
         module.write_text(head + "\n".join(lines) + tail)
 
@@ -228,18 +247,22 @@ def cross_validate(rows, priced, folds: int = 4) -> None:
     calib = calibration_rows(rows, priced)
     groups = sorted({(r["model_path"], r["system"], r["backend"]) for r in calib})
     random.Random(0).shuffle(groups)
-    forms = {"step scales per backend x generation (kept)": "system",
-             "step scales per backend": "all"}
+    forms = {"agg step per backend x generation, host floor; disagg no host floor (kept)": ("system", True, False),
+             "agg step per backend x generation, no host floor": ("system", False, False),
+             "agg step per backend (all generations), host floor": ("all", True, False),
+             "disagg with a host floor": ("system", True, True)}
     print(f"\ngrouped {folds}-fold cross-validation on {len(calib)} calibration rows")
-    for name, generation in forms.items():
+    for name, (generation, host_floor, disagg_floor) in forms.items():
         errs: dict[str, list[tuple[float | None, float, float, float]]] = collections.defaultdict(list)
         for k in range(folds):
             held = {g for i, g in enumerate(groups) if i % folds == k}
             train = [r for r in calib if (r["model_path"], r["system"], r["backend"]) not in held]
-            fitted = fit(train, priced, generation)
+            fitted = fit(train, priced, generation, host_floor, disagg_floor)
             if generation != "system":  # one set for every generation: look it up as such
-                fitted = {b: FitResult({(m, g2): c for (m, g), c in f.sets.items() if g == "all"
-                                        for g2 in ("hopper", "blackwell", "*")}, {}) for b, f in fitted.items()}
+                fitted = {b: FitResult({**{(m, g2): c for (m, g), c in f.sets.items() if g == "all"
+                                           for g2 in ("hopper", "blackwell", "*")},
+                                        **{k: c for k, c in f.sets.items() if k[0] == "disagg"}}, {})
+                          for b, f in fitted.items()}
             for r in calib:
                 if (r["model_path"], r["system"], r["backend"]) in held:
                     pred = solve(priced[r["id"]], row_constants(r, fitted), "")
@@ -248,7 +271,7 @@ def cross_validate(rows, priced, folds: int = 4) -> None:
         for mode, e in sorted(errs.items()):
             t = np.abs([x[0] for x in e if x[0] is not None])
             p = np.abs([x[1] for x in e])
-            print(f"  {name:<46} {mode:<7} n={len(e):>4}  TTFT {np.median(t):.3f} / {np.percentile(t, 90):.3f}   "
+            print(f"  {name:<78} {mode:<7} n={len(e):>4}  TTFT {np.median(t):.3f} / {np.percentile(t, 90):.3f}   "
                   f"TPOT {np.median(p):.3f} / {np.percentile(p, 90):.3f}")
 
 
@@ -272,6 +295,11 @@ def score_table(title: str, rows, preds, by) -> None:
             p = stats([(preds[r["id"]][1], r["silicon_tpot_ms"]) for r in got])
             line += f"   {t[0]:>8.2f} {t[1]:>6.2f} {t[2]:>+7.2f}   {p[0]:>8.2f} {p[1]:>6.2f} {p[2]:>+7.2f}"
         print(line)
+
+
+def substituted(priced) -> set[str]:
+    """Rows answered only with ``allow_substitute``."""
+    return {k for k, p in priced.items() if isinstance(p, Priced) and p.substitutions}
 
 
 def refusals(rows, priced) -> None:
@@ -371,8 +399,16 @@ def main() -> int:
     preds = predictions(rows, priced, choice)
     evaluation = [r for r in rows if r["split"] == "eval"]
     twins = cross_split_twins(rows)
-    score_table("HEADLINE: evaluation rows (all; then without cross-split re-exports; then calibration)",
-                rows, preds, lambda r: "evaluation" if r["split"] == "eval" else "calibration")
+    subs = substituted(priced)
+    every_pred, preds = preds, {k: v for k, v in preds.items() if k not in subs}
+    score_table("HEADLINE: evaluation rows (all; then without cross-split re-exports; then calibration); strict "
+                "answers (no substitution)", rows, preds, lambda r: "evaluation" if r["split"] == "eval"
+                else "calibration")
+    score_table("the same with the substituted rows (allow_substitute) counted as answered; then those rows alone",
+                rows, every_pred, lambda r: ("evaluation" if r["split"] == "eval" else "calibration")
+                + " strict + substituted")
+    score_table("", [r for r in rows if r["id"] in subs], every_pred,
+                lambda r: ("evaluation" if r["split"] == "eval" else "calibration") + " substituted only")
     score_table("evaluation rows without the re-exports of calibration measurements",
                 [r for r in evaluation if r["id"] not in twins], preds, lambda r: "evaluation (no twins)")
     score_table("evaluation, by backend x mode", evaluation, preds, lambda r: f"{r['backend']} {r['mode']}")

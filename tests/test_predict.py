@@ -129,7 +129,7 @@ def test_disaggregated_pools(db: modperf.Database) -> None:
 
 
 def test_constants_default_to_physics() -> None:
-    assert Constants() == Constants(1.0, 1.0, 0.0, 0.0, 0.5)
+    assert Constants() == Constants(1.0, 1.0, 0.0, 0.0, 0.0, 0.5)
 
 
 def test_pipeline_stages_split_the_batch_and_add_hops(db: modperf.Database) -> None:

@@ -62,6 +62,8 @@ MXFP4_KERNELS = ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")
 SPLIT_AXES: dict[str, tuple[str, ...]] = {"gemm": ("m", "n"), "moe": ("num_tokens",)}
 _MISS = (E.NotCoveredError, E.OutOfCoverageError, E.QueryFieldError, E.UnknownTableError)
 _AXES = frozenset({"m", "n", "k", "num_tokens", "batch_size", "isl", "step", "seq_len", "message_size"})
+#: How a step's notes name an MLA layer composed from its parts although module tables exist.
+COMPOSED_FALLBACK = "MLA composed from its parts where the module tables cannot answer"
 _SLOT_FIELDS = ("table", "system", "backend", "version", "model", "native_heads")
 
 
@@ -156,6 +158,8 @@ class OpCost:
     #: What graph replay removes per occurrence: the table's per-call floor above the GPU's own
     #: (``graphed`` steps only; docs/serving.md, "What a served step pays").
     isolation_ms: float | None = None
+    #: Set where the table answered from another native head count (``allow_substitute``).
+    substitution: str | None = None
 
     @property
     def total_ms(self) -> float | None:
@@ -165,7 +169,7 @@ class OpCost:
         return {"name": self.name, "component": self.component, "table": self.table, "backend": self.backend,
                 "version": self.version, "kind": self.kind, "ms": self.ms, "count": self.count,
                 "total_ms": self.total_ms, "fields": self.fields, "reason": self.reason,
-                "isolation_ms": self.isolation_ms}
+                "isolation_ms": self.isolation_ms, "substitution": self.substitution}
 
 
 @dataclass
@@ -338,8 +342,13 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
                                  values={"version": version}, fix="versions: " + ", ".join(order))
     notes: list[str] = []
     covered = [(layer, n) for layer, n, _ in attention if layer.covered]
-    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")
-                or _compose_instead(db, system, backend, layer, by_version, version)}
+    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")}
+    instead = {layer for layer, _ in covered if layer not in composed
+               and _compose_instead(db, system, backend, layer, by_version, version)}
+    if instead:
+        notes.append(f"{COMPOSED_FALLBACK}: {', '.join(sorted({layer.label for layer in instead}))} (the module "
+                     "tables hold no bucket of the native head count, or not beside the parts)")
+    composed |= instead
     attention_tables: list[str] = []
     for layer, _ in covered:
         for t in (COMPOSED_MLA_TABLES if layer in composed else (layer.context_table, layer.generation_table)):
@@ -517,12 +526,13 @@ def _pick(name: str, values: list[Any], prefer: Mapping[str, Callable[[Any], boo
 class _Pricer:
     """Prices the ops of one step from a plan."""
 
-    def __init__(self, plan: _Plan, graphed: bool = False) -> None:
+    def __init__(self, plan: _Plan, graphed: bool = False, allow_substitute: bool = False) -> None:
         self.plan = plan
         self.db = plan.db
         self.ops: list[OpCost] = []
         self.notes: list[str] = []
         self.graphed = graphed
+        self.allow_substitute = allow_substitute
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -616,7 +626,8 @@ class _Pricer:
                                    _reason(exc), backend))
             return
         shape = {k: v for k, v in a.fields.items() if k not in _SLOT_FIELDS}
-        self.ops.append(OpCost(name, component, table, a.version, a.kind, a.latency_ms, count, shape, None, backend))
+        self.ops.append(OpCost(name, component, table, a.version, a.kind, a.latency_ms, count, shape, None, backend,
+                               substitution=a.substitution))
 
     def _split(self, table: str, fields: Mapping[str, Any], exc: E.OutOfCoverageError, kw: Mapping[str, Any]
                ) -> tuple[float, str, int, str, str] | None:
@@ -753,6 +764,8 @@ class _Pricer:
             if table not in plan.missing and "beam_width" in self.db.table(
                     plan.system, plan.backend, plan.versions[table], table).key_names:
                 fields["beam_width"] = 1
+            if self.allow_substitute:
+                fields["allow_substitute"] = True
             self.op(f"{name} attention ({'prefill' if phase == 'context' else 'decode'})", "attention", count,
                     table, fields)
         if not family.projections_in_rows:  # GQA: the kernel tables hold no projections
@@ -987,17 +1000,21 @@ def _validate_parts(prefill: SeqChunk | None, decode: DecodePart | None) -> None
 
 def step_cost(db: Database, *, model: str, system: str, backend: str, parallel: Parallel, version: str | None = None,
               prefill: SeqChunk | None = None, decode: DecodePart | None = None,
-              dtypes: Mapping[str, str] | None = None, graphed: bool = False) -> StepCost:
+              dtypes: Mapping[str, str] | None = None, graphed: bool = False,
+              allow_substitute: bool = False) -> StepCost:
     """What one forward step of ``model`` costs on one attention-DP rank (module doc).
     ``graphed``: the step as a CUDA graph replays it (a decode step of a served engine): each
-    GEMM without the per-call floor its isolated measurement adds (:func:`gemm_floors`)."""
+    GEMM without the per-call floor its isolated measurement adds (:func:`gemm_floors`).
+    ``allow_substitute``: an attention module table without the model's native head count
+    answers from its nearest native (at the rank's local heads, per head along the heads axis);
+    each such op says so (``OpCost.substitution``)."""
     if not isinstance(parallel, Parallel):
         raise E.UsageError("parallel must be a modperf.model_step.Parallel", values={"parallel": repr(parallel)},
                            fix="pass parallel=Parallel(tp=...)")
     _validate_parts(prefill, decode)
     plan = plan_for(db, model=model, system=system, backend=backend, parallel=parallel, version=version,
                     dtypes=dtypes)
-    pricer = _Pricer(plan, graphed)
+    pricer = _Pricer(plan, graphed, allow_substitute)
     pricer.step(prefill, decode)
     versions: dict[str, str] = {}
     for op in pricer.ops:

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 from . import errors as E
 from . import limits
 from .layers import ffn_groups
-from .model_step import DecodePart, Parallel, SeqChunk, StepCost, step_cost
+from .model_step import COMPOSED_FALLBACK, DecodePart, Parallel, SeqChunk, StepCost, step_cost
 from .roofline import bytes_of, gpu_spec
 from .serving import (
     KV_BYTES,
+    RULES,
     AggInputs,
     Backend,
     Constants,
@@ -289,16 +290,48 @@ class Prediction:
                 "provenance": self.provenance, "notes": self.notes}
 
 
+#: The pricing fallbacks a step may stand on, found by reading why rows were not answered
+#: (evaluation rows among them; docs/serving.md reports their ablation): an answer names
+#: each one it used (``provenance.fallbacks``).
+FALLBACKS = {
+    "split": "an op past its grid priced as equal parts inside it",
+    "nccl_alltoall": "an all-to-all the all-to-all table holds no bucket for, from the NCCL table",
+    "widened": "a collective over more GPUs than the table measured, widened by the roofline",
+    "composed_mla": "an MLA layer composed from its parts where the module tables cannot answer",
+}
+
+
+def fallbacks_of(op: Any) -> list[str]:
+    """The fallbacks one priced op stands on (:data:`FALLBACKS`)."""
+    out = []
+    if "split" in op.fields:
+        out.append(FALLBACKS["split"])
+    if "(nccl alltoall" in op.name:
+        out.append(FALLBACKS["nccl_alltoall"])
+    if " widened to " in op.name:
+        out.append(FALLBACKS["widened"])
+    return out
+
+
+def launches(step: StepCost) -> int:
+    """The ops an eager engine launches for ``step``: every op of every layer."""
+    return sum(op.count for op in step.ops)
+
+
 class _Steps:
     """Prices the engine steps of one pool and keeps their provenance."""
 
     def __init__(self, db: Database, dep: Deployment, model: str, pool: Pool, version: str | None,
-                 has_moe: bool) -> None:
+                 has_moe: bool, allow_substitute: bool = False) -> None:
         self.db, self.dep, self.model, self.pool, self.version = db, dep, model, pool, version
+        self.allow_substitute = allow_substitute
+        self.substitutions: set[str] = set()
         self.parallel = pool.parallel(has_moe)
         self.kinds: Counter[str] = Counter()
         self.versions: dict[str, str] = {}
         self.notes: list[str] = []
+        self.fallbacks: set[str] = set()
+        self.launches = 0  # ops of the last eager step priced (modperf.serving: the host floor)
         gpu = gpu_spec(dep.system)
         self.hop_ms = (pool.pp - 1) * gpu.p2p_latency * 1000.0  # pipeline stages hand over once per step
 
@@ -306,7 +339,7 @@ class _Steps:
              graphed: bool = False) -> StepCost:
         step = step_cost(self.db, model=self.model, system=self.dep.system, backend=self.dep.backend,
                          parallel=self.parallel, version=self.version, prefill=prefill, decode=decode,
-                         graphed=graphed)
+                         graphed=graphed, allow_substitute=self.allow_substitute)
         if not step.complete or step.total_ms is None:
             reasons = "; ".join(f"{r['name']}: {r['reason']}" for r in step.not_covered[:3])
             raise E.NotCoveredError(f"the step of {self.model} on {self.dep.system} {self.dep.backend} is partial: "
@@ -315,12 +348,18 @@ class _Steps:
                                     fix="see `modperf estimate --scope model` for the ops no table covers")
         for op in step.ops:
             self.kinds[op.kind] += op.count
+            self.fallbacks.update(fallbacks_of(op))
+            if op.substitution:
+                self.substitutions.add(f"{op.name}: {op.substitution}")
+        if any(note.startswith(COMPOSED_FALLBACK) for note in step.notes):
+            self.fallbacks.add(FALLBACKS["composed_mla"])
         self.versions.update(step.versions)
         return step
 
     def ms(self, prefill: SeqChunk | None = None, decode: DecodePart | None = None) -> float:
         step = self.cost(prefill, decode)
         assert step.total_ms is not None
+        self.launches = launches(step)
         return float(step.total_ms) + self.hop_ms
 
     def prefill_one(self, isl: int, chunk: int) -> float:
@@ -368,23 +407,38 @@ class Priced:
     versions: dict[str, str]
     notes: list[str]
     ttft_reason: str | None = None
+    #: The pricing fallbacks the steps stand on (:data:`FALLBACKS`).
+    fallbacks: list[str] = field(default_factory=list)
+    #: Ops answered from another native head count (``allow_substitute``): empty for a strict
+    #: answer.
+    substitutions: list[str] = field(default_factory=list)
+
+
+def _substituted(substitutions: set[str]) -> list[str]:
+    if not substitutions:
+        return []
+    return [f"substituted (allow_substitute): {len(substitutions)} op(s) answered from another native head count, "
+            "per head at the rank's local heads: " + "; ".join(sorted(substitutions))]
 
 
 def _decode_step(steps: _Steps, backend: Backend, memory_capacity: float, batch: int, kv: int,
                  notes: list[str]) -> tuple[StepCost, bool]:
     """A decode-only step as the engine runs it: replayed as a CUDA graph up to the backend's
     largest captured batch, eagerly beyond it (docs/serving.md, "What a served step pays")."""
-    graphed = batch <= backend.graph_max_batch(memory_capacity, steps.pool.tp)
-    if not graphed:
+    graphed = RULES["graphed_decode"] and batch <= backend.graph_max_batch(memory_capacity, steps.pool.tp)
+    if not graphed and RULES["graphed_decode"]:
         notes.append(f"decode batch {batch} is above {backend.name}'s largest CUDA graph "
                      f"({backend.graph_max_batch(memory_capacity, steps.pool.tp)}): priced as an eager step")
     return steps.cost(decode=DecodePart(batch, kv), graphed=graphed), graphed
 
 
-def price(db: Database, dep: Deployment) -> Priced:
+def price(db: Database, dep: Deployment, *, allow_substitute: bool = False) -> Priced:
     """The engine steps of ``dep`` from the op tables (module doc). Raises a ModperfError when a
     step cannot be priced (an op out of coverage, a shard that does not divide, an unknown model
-    or system) or the deployment cannot run (DeploymentFitError, with the figures)."""
+    or system) or the deployment cannot run (DeploymentFitError, with the figures).
+    ``allow_substitute``: an attention module table without the model's native head count
+    answers from the nearest native it measured, scaled per head (``Priced.substitutions`` and
+    a note say which ops)."""
     notes: list[str] = []
     backend = backend_of(dep.backend)
     version = _version_for(db, dep, notes)
@@ -402,33 +456,35 @@ def price(db: Database, dep: Deployment) -> Priced:
         mem = pool_memory(backend, config, pool, system=dep.system, memory=memory, chunk=chunk,
                           tokens=dep.isl + dep.osl, reserved=reserved, element=element)
         notes += mem.notes
-        priced = _Steps(db, dep, config.model_id, pool, version, has_moe)
+        priced = _Steps(db, dep, config.model_id, pool, version, has_moe, allow_substitute)
         running = max(1, min(pool.batch, mem.max_running))
         decode_batch = math.ceil(running / pool.pp)
         packed = packed_requests(running, dep.isl, chunk) if dep.isl <= chunk else 1
         one = priced.prefill_one(dep.isl, chunk)
         packed_ms = priced.ms(prefill=SeqChunk(packed, dep.isl, 0)) if dep.isl <= chunk else one
+        prefill_ops = priced.launches
         decode_step, graphed = _decode_step(priced, backend, memory.capacity, decode_batch, kv_mean, notes)
         decode_ms = float(decode_step.total_ms or 0.0) + priced.hop_ms
         capped_ms = priced.ms(prefill=SeqChunk(packed, min(chunk, dep.isl), 0),
                               decode=DecodePart(decode_batch, kv_mean))
         inputs = AggInputs(pool.batch, dep.isl, dep.osl, one, packed, packed_ms, decode_ms, capped_ms,
-                           mem.max_running)
+                           mem.max_running, prefill_ops, len(chunks(dep.isl, chunk)), backend.scheduler)
         agg_steps = {"prefill_one": {"ms": one, "chunk_tokens": chunk},
-                     "prefill_packed": {"ms": packed_ms, "requests": packed},
+                     "prefill_packed": {"ms": packed_ms, "requests": packed, "ops": prefill_ops},
                      "decode": {"ms": decode_ms, "batch": decode_batch, "kv": kv_mean, "graphed": graphed,
                                 "components": decode_step.components},
                      "mixed": {"ms": capped_ms, "prefill_tokens": packed * min(chunk, dep.isl),
                                "decode_batch": decode_batch}}
         return Priced(dep, inputs, agg_steps, mem.to_dict(), pool.batch * pool.attention_dp, pool.gpus_per_worker,
-                      priced.kinds, priced.versions, notes + priced.notes)
+                      priced.kinds, priced.versions, notes + priced.notes + _substituted(priced.substitutions),
+                      fallbacks=sorted(priced.fallbacks), substitutions=sorted(priced.substitutions))
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
     dec_mem = pool_memory(backend, config, dep.decode, system=dep.system, memory=memory, chunk=chunk,
                           tokens=dep.isl + dep.osl, reserved=reserved, element=element, what="decode")
     pre_mem = pool_memory(backend, config, dep.prefill, system=dep.system, memory=memory, chunk=chunk,
                           tokens=dep.isl, reserved=dep.isl, element=element, what="prefill")
     notes += pre_mem.notes + dec_mem.notes
-    dec = _Steps(db, dep, config.model_id, dep.decode, version, has_moe)
+    dec = _Steps(db, dep, config.model_id, dep.decode, version, has_moe, allow_substitute)
     decode_step, graphed = _decode_step(dec, backend, memory.capacity, dep.decode.batch, kv_mean, notes)
     decode_ms = float(decode_step.total_ms or 0.0) + dec.hop_ms
     memory_doc: dict[str, Any] = {"prefill": pre_mem.to_dict(), "decode": dec_mem.to_dict()}
@@ -439,24 +495,29 @@ def price(db: Database, dep: Deployment) -> Priced:
                   "load is unknown (two such exports of one configuration differ 10x in TTFT); TPOT is the decode "
                   "pool's step")
         inputs = DisaggInputs(None, dep.isl, dep.osl, None, None, None, 1, decode_ms, None)
-        return Priced(dep, inputs, steps, memory_doc, None, None, dec.kinds, dec.versions, notes + dec.notes,
-                      ttft_reason=reason)
-    pre = _Steps(db, dep, config.model_id, dep.prefill, version, has_moe)
+        return Priced(dep, inputs, steps, memory_doc, None, None, dec.kinds, dec.versions,
+                      notes + dec.notes + _substituted(dec.substitutions), ttft_reason=reason,
+                      fallbacks=sorted(dec.fallbacks), substitutions=sorted(dec.substitutions))
+    pre = _Steps(db, dep, config.model_id, dep.prefill, version, has_moe, allow_substitute)
     batch = dep.prefill.batch or 1
     packed = packed_requests(batch, dep.isl, chunk) if dep.isl <= chunk else 1
     one = pre.prefill_one(dep.isl, chunk)
     packed_ms = pre.ms(prefill=SeqChunk(packed, dep.isl, 0)) if dep.isl <= chunk else one
+    prefill_ops = pre.launches
     concurrency = dep.decode.batch * dep.decode.workers * dep.decode.attention_dp
     kv_all = kv_bytes_per_token(config, 1, dep.isl + dep.osl, element) * dep.isl  # the whole request's cache
     transfer_ms = kv_transfer_ms(kv_all, system=dep.system, gpus=dep.prefill.gpus_per_worker)
     inputs = DisaggInputs(concurrency, dep.isl, dep.osl, dep.prefill.workers * dep.prefill.attention_dp, one,
-                          packed_ms, packed, decode_ms, transfer_ms)
+                          packed_ms, packed, decode_ms, transfer_ms, prefill_ops, len(chunks(dep.isl, chunk)))
     steps = {"prefill_one": {"ms": one, "chunk_tokens": chunk},
-             "prefill_packed": {"ms": packed_ms, "requests": packed}, **steps}
+             "prefill_packed": {"ms": packed_ms, "requests": packed, "ops": prefill_ops}, **steps}
     gpus = dep.prefill.workers * dep.prefill.gpus_per_worker + dep.decode.workers * dep.decode.gpus_per_worker
     memory_doc["kv_transfer_bytes"] = kv_all
     return Priced(dep, inputs, steps, memory_doc, concurrency, gpus, pre.kinds + dec.kinds,
-                  {**pre.versions, **dec.versions}, notes + pre.notes + dec.notes)
+                  {**pre.versions, **dec.versions},
+                  notes + pre.notes + dec.notes + _substituted(pre.substitutions | dec.substitutions),
+                  fallbacks=sorted(pre.fallbacks | dec.fallbacks),
+                  substitutions=sorted(pre.substitutions | dec.substitutions))
 
 
 def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
@@ -475,17 +536,18 @@ def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
     if priced.ttft_reason is not None:
         serving["ttft_reason"] = priced.ttft_reason
     provenance = {"versions": dict(sorted(priced.versions.items())), "kinds": dict(sorted(priced.kinds.items())),
-                  "version_asked": dep.version}
+                  "version_asked": dep.version, "fallbacks": list(priced.fallbacks),
+                  "substitutions": list(priced.substitutions)}
     gpus = priced.gpus
     return Prediction(dep, times.ttft_ms, times.tpot_ms, 1000.0 / times.tpot_ms, per_gpu, gpus,
                       priced.steps, serving, provenance, list(priced.notes))
 
 
-def predict(db: Database, dep: Deployment, *, fitted: bool = True) -> Prediction:
+def predict(db: Database, dep: Deployment, *, fitted: bool = True, allow_substitute: bool = False) -> Prediction:
     """TTFT and TPOT of ``dep``: :func:`price`, then the serving model with the constants its
     backend carries for its mode and GPU generation (or physics only)."""
     constants, source = constants_for(dep, fitted)
-    return solve(price(db, dep), constants, source)
+    return solve(price(db, dep, allow_substitute=allow_substitute), constants, source)
 
 
 __all__ = ["FIELDS", "KV_BYTES", "Deployment", "Pool", "Prediction", "Priced", "constants_for", "deployment_from_row",

@@ -29,11 +29,12 @@ def print_prediction(p: Prediction) -> None:
                  show_header=False)
     head.add_column("", no_wrap=True)
     head.add_column("", justify="right", no_wrap=True)
-    head.add_row("TTFT ms", f"[bold]{p.ttft_ms:.1f}[/]")
+    head.add_row("TTFT ms", f"[bold]{p.ttft_ms:.1f}[/]" if p.ttft_ms is not None else "not answered")
     head.add_row("TPOT ms", f"[bold]{p.tpot_ms:.2f}[/]")
     head.add_row("tokens/s per user", f"{p.tokens_per_s_per_user:.1f}")
-    head.add_row("tokens/s per GPU", f"{p.tokens_per_s_per_gpu:.1f}")
-    head.add_row("GPUs", str(p.gpus))
+    head.add_row("tokens/s per GPU", f"{p.tokens_per_s_per_gpu:.1f}" if p.tokens_per_s_per_gpu is not None
+                 else "not answered")
+    head.add_row("GPUs", str(p.gpus) if p.gpus is not None else "not given")
     for name in ("requests_per_s_per_rank", "prefill_utilisation", "queue_ms", "admission_wait_ms",
                  "kv_transfer_ms"):
         if name in p.serving:
@@ -58,6 +59,8 @@ def print_prediction(p: Prediction) -> None:
                   soft_wrap=True)
     console.print("ops by kind: " + ", ".join(f"{n} {k}" for k, n in prov["kinds"].items()), style="dim")
     console.print(f"constants: {escape(p.serving['constants']['source'])}", style="dim", soft_wrap=True)
+    if "ttft_reason" in p.serving:
+        console.print(f"TTFT not answered: {escape(p.serving['ttft_reason'])}", style="dim", soft_wrap=True)
     for note in p.notes:
         console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
 
@@ -107,6 +110,9 @@ def predict_command(
     decode_attention_dp: Annotated[int | None, _opt("--decode-attention-dp", "disagg: decode DP.")] = None,
     physics_only: Annotated[bool, typer.Option(
         "--physics-only", help="Use the op tables' step times as they are (no fitted constants).")] = False,
+    allow_substitute: Annotated[bool, typer.Option(
+        "--allow-substitute", help="Price attention a table measured for another native head count from the "
+                                   "nearest native, per head (the answer lists each substitution).")] = False,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
@@ -119,7 +125,7 @@ def predict_command(
     batch_size, batch_file = _batch_size_or_file(batch)
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     if batch_file is not None:
-        raise typer.Exit(_run_batch(db, batch_file, fitted=not physics_only))
+        raise typer.Exit(_run_batch(db, batch_file, fitted=not physics_only, allow_substitute=allow_substitute))
     row: dict[str, Any] = {
         "model_path": model, "system": system, "backend": backend, "backend_version": version, "mode": mode,
         "isl": isl, "osl": osl, "gemm_quant_mode": gemm_quant, "moe_quant_mode": moe_quant,
@@ -136,14 +142,14 @@ def predict_command(
         raise E.UsageError(f"missing {', '.join(missing)}", values={"missing": missing},
                            fix="modperf predict --model M --system S --backend B --isl N --osl N --batch N --tp N")
     dep = deployment_from_row({k: v for k, v in row.items() if v is not None})  # a bad value: QueryFieldError, exit 2
-    result = predict(db, dep, fitted=not physics_only)
+    result = predict(db, dep, fitted=not physics_only, allow_substitute=allow_substitute)
     if json_out:
         emit_json(result.to_dict())
     else:
         print_prediction(result)
 
 
-def _run_batch(db: Database, path: str, *, fitted: bool) -> int:
+def _run_batch(db: Database, path: str, *, fitted: bool, allow_substitute: bool) -> int:
     stream = open_batch(path)
     failed = 0
     try:
@@ -154,7 +160,7 @@ def _run_batch(db: Database, path: str, *, fitted: bool) -> int:
                 if row is None:
                     continue
                 row_id = row.get("id")
-                out = predict(db, deployment_from_row(row), fitted=fitted).to_dict()
+                out = predict(db, deployment_from_row(row), fitted=fitted, allow_substitute=allow_substitute).to_dict()
             except Exception as exc:  # a bad line never stops the batch
                 failed += 1
                 out = {"id": row_id if isinstance(row_id, str) else None, **error_line(exc)}

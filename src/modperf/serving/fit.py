@@ -1,8 +1,8 @@
 """The fit of the serving constants on calibration rows (docs/serving.md, "Constants").
 
 ``bench/silicon.py --fit`` prices the calibration rows of the corpus's silicon_sample.csv and
-calls :func:`fit_backend` once per backend; ``tests/test_fit.py`` does the same and compares the
-result with the constants the backends' modules carry. The form:
+calls :func:`fit_agg` once per backend and :func:`fit_disagg` once; ``tests/test_fit.py`` does
+the same and compares the result with the constants the backends' modules carry. The form:
 
 * the **step scales** ``s_pre``, ``s_dec`` (how the served engine's prefill and decode steps
   relate to the op tables' steps) are fitted per GPU generation, on the backend's aggregated
@@ -10,9 +10,11 @@ result with the constants the backends' modules carry. The form:
   :data:`MIN_GROUPS` model x system groups; elsewhere the step is the op tables' own
   (physics only), never another generation's residual;
 * the **frontend** ``tau0_ms``, ``kappa`` (the request path outside the engine, the
-  synchronisation of the closed loop) is fitted per serving mode: on the aggregated rows
-  together with the step scales, and on the disaggregated rows with worker counts (their
-  steps scaled by the aggregated fit of their generation) where there are :data:`MIN_ROWS`.
+  synchronisation of the closed loop) and the **host floor** ``host_op_ms`` (the host's time
+  per op of an eager step) are fitted per backend on its aggregated rows, together with the
+  step scales;
+* **disaggregated** deployments get one set (step scales and frontend) for every backend,
+  fitted on the disaggregated rows with worker counts.
 
 Loss: the mean of ``|log(predicted / measured)|`` of TTFT plus that of TPOT (rows without a
 TTFT answer count TPOT only); bounds ``s in [0.3, 3]``, ``tau0 in [0, 1000] ms``,
@@ -56,9 +58,9 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: Sequence[float], step: Seq
     """Minimise ``f`` from ``x0`` by Nelder-Mead (reflection 1, expansion 2, contraction 1/2,
     shrink 1/2), the initial simplex ``x0`` plus ``step`` along each axis; stops when the
     simplex spans less than ``xatol`` (relative to ``step``) and ``fatol`` in value."""
-    x0 = np.asarray(x0, dtype=float)
-    n = x0.size
-    simplex = np.vstack([x0] + [x0 + np.eye(n)[i] * step[i] for i in range(n)])
+    start = np.asarray(x0, dtype=float)
+    n = start.size
+    simplex = np.vstack([start] + [start + np.eye(n)[i] * step[i] for i in range(n)])
     values = np.array([f(x) for x in simplex])
     scale = np.asarray(step, dtype=float)
     for _ in range(maxiter):
@@ -92,9 +94,13 @@ def _clip(value: float, bounds: tuple[float, float]) -> float:
     return min(max(float(value), bounds[0]), bounds[1])
 
 
+#: Bounds of the host's time per eager op (ms).
+HOST_BOUNDS = (0.0, 2.0)
+
+
 class AggBatch:
     """Aggregated rows as arrays, solved at once by :func:`modperf.serving.model.closed_loop`
-    (admission queue included) for per-row step scales and shared frontend constants."""
+    (host floor and admission queue included) for per-row step scales and shared constants."""
 
     def __init__(self, rows: Sequence[Row]) -> None:
         xs = [r.inputs for r in rows]
@@ -105,64 +111,62 @@ class AggBatch:
 
         self.batch, self.osl, self.one, self.packed = col("batch"), col("osl"), col("prefill_one_ms"), col("packed")
         self.packed_ms, self.decode, self.capped = col("prefill_packed_ms"), col("decode_ms"), col("capped_ms")
+        self.ops, self.chunks = col("prefill_ops"), col("prefill_chunks")
+        self.alone = np.array([getattr(x, "scheduler", "mixed") == "prefill_first" for x in xs])
         self.running = np.minimum(self.batch, col("max_running"))
         self.ttft = np.array([r.ttft_ms for r in rows])
         self.tpot = np.array([r.tpot_ms for r in rows])
 
-    def solve(self, s_pre: np.ndarray, s_dec: np.ndarray, tau0: float, kappa: float
+    def solve(self, s_pre: np.ndarray, s_dec: np.ndarray, tau0: float, kappa: float, host: float = 0.0
               ) -> tuple[np.ndarray, np.ndarray]:
         c = Constants(1.0, 1.0, tau0, kappa)
-        w = s_pre * self.packed_ms / self.packed
+        floor = self.ops * host
+        w = np.maximum(s_pre * self.packed_ms, floor) / self.packed
         td = s_dec * self.decode
-        cap = np.maximum(td + s_pre * (self.capped - self.decode), td)
-        own = s_pre * self.one
+        cap = np.where(self.alone, td + w * self.packed,
+                       np.maximum(np.maximum(td + s_pre * (self.capped - self.decode), td), floor))
+        own = np.maximum(s_pre * self.one, self.chunks * floor)
         m = self.running
         ttft, tpot, _, _, _ = closed_loop(m, self.osl - 1, w, td, cap, own, self.packed, c)
         wait = (self.batch - m) / m * (ttft + (self.osl - 1) * tpot)
         return ttft + wait, tpot
 
-    def loss(self, s_pre: np.ndarray, s_dec: np.ndarray, tau0: float, kappa: float) -> float:
-        ttft, tpot = self.solve(s_pre, s_dec, tau0, kappa)
+    def loss(self, s_pre: np.ndarray, s_dec: np.ndarray, tau0: float, kappa: float, host: float = 0.0) -> float:
+        ttft, tpot = self.solve(s_pre, s_dec, tau0, kappa, host)
         return float(np.mean(np.abs(np.log(ttft / self.ttft)) + np.abs(np.log(tpot / self.tpot))))
 
 
 class DisaggBatch:
-    """Disaggregated rows as arrays (``modperf.serving.model.disaggregated`` on each). Rows
-    without worker counts (no prefill side) count TPOT only."""
+    """Disaggregated rows with worker counts as arrays (``modperf.serving.model.disaggregated``
+    on each)."""
 
     def __init__(self, rows: Sequence[Row]) -> None:
-        self.rows = [r for r in rows if isinstance(r.inputs, DisaggInputs)]
-        full = [r.inputs.concurrency is not None for r in self.rows if isinstance(r.inputs, DisaggInputs)]
-        self.full = np.array(full, dtype=bool)
-        xs = [r.inputs for r in self.rows]
+        xs = [r.inputs for r in rows]
+        assert all(isinstance(x, DisaggInputs) and x.concurrency is not None for x in xs)
 
-        def col(name: str, default: float = np.nan) -> np.ndarray:
-            out = []
-            for x in xs:
-                v = getattr(x, name)
-                out.append(default if v is None else float(v))
-            return np.array(out)
+        def col(name: str) -> np.ndarray:
+            return np.array([float(getattr(x, name)) for x in xs])
 
         self.conc, self.ranks, self.one = col("concurrency"), col("prefill_ranks"), col("prefill_one_ms")
         self.packed_ms, self.packed, self.decode = col("prefill_packed_ms"), col("packed"), col("decode_ms")
-        self.kv, self.osl = col("kv_transfer_ms"), col("osl")
-        self.ttft = np.array([r.ttft_ms for r in self.rows])
-        self.tpot = np.array([r.tpot_ms for r in self.rows])
+        self.kv, self.osl, self.ops, self.chunks = col("kv_transfer_ms"), col("osl"), col("prefill_ops"), \
+            col("prefill_chunks")
+        self.ttft = np.array([r.ttft_ms for r in rows])
+        self.tpot = np.array([r.tpot_ms for r in rows])
 
-    def solve(self, s_pre: np.ndarray, s_dec: np.ndarray, tau0: float, kappa: float
+    def solve(self, s_pre: float, s_dec: float, tau0: float, kappa: float, host: float = 0.0
               ) -> tuple[np.ndarray, np.ndarray]:
         tpot = s_dec * self.decode
-        w = s_pre * self.packed_ms / self.packed
+        floor = self.ops * host
+        w = np.maximum(s_pre * self.packed_ms, floor) / self.packed
         queue = kappa * np.maximum(0.0, (self.conc / self.ranks - 1.0) / 2.0) * w
-        ttft = tau0 + s_pre * self.one + self.kv + queue
-        floor = self.conc * w / self.ranks - (self.osl - 1) * tpot
-        return np.maximum(ttft, floor), tpot
+        ttft = tau0 + np.maximum(s_pre * self.one, self.chunks * floor) + self.kv + queue
+        capacity = self.conc * w / self.ranks - (self.osl - 1) * tpot
+        return np.maximum(ttft, capacity), tpot
 
-    def loss(self, s_pre: np.ndarray, s_dec: np.ndarray, tau0: float, kappa: float) -> float:
-        ttft, tpot = self.solve(s_pre, s_dec, tau0, kappa)
-        err = np.abs(np.log(tpot / self.tpot))
-        err = err + np.where(self.full, np.abs(np.log(np.where(self.full, ttft, 1.0) / self.ttft)), 0.0)
-        return float(np.mean(err))
+    def loss(self, s_pre: float, s_dec: float, tau0: float, kappa: float, host: float = 0.0) -> float:
+        ttft, tpot = self.solve(s_pre, s_dec, tau0, kappa, host)
+        return float(np.mean(np.abs(np.log(ttft / self.ttft)) + np.abs(np.log(tpot / self.tpot))))
 
 
 def covered_generations(rows: Sequence[Row]) -> dict[str, int]:
@@ -178,71 +182,80 @@ def covered_generations(rows: Sequence[Row]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class FitResult:
-    """The constants of one backend, as :class:`modperf.serving.Fitted` holds them, and the
-    rows behind each set."""
+    """Fitted constants as :class:`modperf.serving.Fitted` holds them: per ``(mode,
+    generation)``, and what stands behind each set."""
 
     sets: dict[tuple[str, str], Constants]
     what: dict[tuple[str, str], str]
 
 
-def fit_backend(agg: Sequence[Row], disagg: Sequence[Row]) -> FitResult:
-    """The constants of one backend from its aggregated and disaggregated calibration rows
-    (module doc)."""
-    covered = covered_generations(agg)
+def _rounded(s_pre: float, s_dec: float, tau0: float, kappa: float, host: float) -> Constants:
+    return Constants(round(s_pre, 4), round(s_dec, 4), round(tau0, 4), round(kappa, 4), round(host, 5))
+
+
+def fit_agg(rows: Sequence[Row], *, host_floor: bool = True) -> FitResult:
+    """One backend's aggregated constants (module doc): step scales per covered generation,
+    the frontend and the host's time per eager op shared. ``host_floor=False`` fixes the
+    latter at 0 (the form it is compared with)."""
+    covered = covered_generations(rows)
     gens = list(covered)
-    step: dict[str, tuple[float, float]] = {}
-    agg_frontend: tuple[float, float] | None = None
-    if agg:
-        batch = AggBatch(agg)
-        index = np.array([gens.index(r.generation) if r.generation in covered else -1 for r in agg])
+    if not rows:
+        return FitResult({}, {})
+    batch = AggBatch(rows)
+    index = np.array([gens.index(r.generation) if r.generation in covered else -1 for r in rows])
 
-        def scales(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            s_pre, s_dec = np.ones(len(agg)), np.ones(len(agg))
-            for i in range(len(gens)):
-                s_pre[index == i] = _clip(x[2 * i], S_BOUNDS)
-                s_dec[index == i] = _clip(x[2 * i + 1], S_BOUNDS)
-            return s_pre, s_dec
+    def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float, float]:
+        s_pre, s_dec = np.ones(len(rows)), np.ones(len(rows))
+        for i in range(len(gens)):
+            s_pre[index == i] = _clip(x[2 * i], S_BOUNDS)
+            s_dec[index == i] = _clip(x[2 * i + 1], S_BOUNDS)
+        k = 2 * len(gens)
+        host = _clip(x[k + 2], HOST_BOUNDS) if host_floor else 0.0
+        return s_pre, s_dec, _clip(x[k], TAU0_BOUNDS), _clip(x[k + 1], KAPPA_BOUNDS), host
 
-        def agg_loss(x: np.ndarray) -> float:
-            s_pre, s_dec = scales(x)
-            return batch.loss(s_pre, s_dec, _clip(x[-2], TAU0_BOUNDS), _clip(x[-1], KAPPA_BOUNDS))
-
-        x0 = [1.0, 1.0] * len(gens) + [100.0, 0.3]
-        steps = [0.1, 0.1] * len(gens) + [20.0, 0.1]
-        x = nelder_mead(agg_loss, x0, steps)
-        for i, g in enumerate(gens):
-            step[g] = (_clip(x[2 * i], S_BOUNDS), _clip(x[2 * i + 1], S_BOUNDS))
-        agg_frontend = (_clip(x[-2], TAU0_BOUNDS), _clip(x[-1], KAPPA_BOUNDS))
-    disagg_frontend: tuple[float, float] | None = None
-    full = [r for r in disagg if isinstance(r.inputs, DisaggInputs) and r.inputs.concurrency is not None]
-    if len(full) >= MIN_ROWS:
-        dbatch = DisaggBatch(full)
-        s_pre = np.array([step.get(r.generation or "", (1.0, 1.0))[0] for r in full])
-        s_dec = np.array([step.get(r.generation or "", (1.0, 1.0))[1] for r in full])
-
-        def disagg_loss(x: np.ndarray) -> float:
-            return dbatch.loss(s_pre, s_dec, _clip(x[0], TAU0_BOUNDS), _clip(x[1], KAPPA_BOUNDS))
-
-        y = nelder_mead(disagg_loss, [200.0, 0.3], [20.0, 0.1])
-        disagg_frontend = (_clip(y[0], TAU0_BOUNDS), _clip(y[1], KAPPA_BOUNDS))
+    x0 = [1.0, 1.0] * len(gens) + [100.0, 0.3] + ([0.05] if host_floor else [])
+    steps = [0.1, 0.1] * len(gens) + [20.0, 0.1] + ([0.02] if host_floor else [])
+    x = nelder_mead(lambda v: batch.loss(*unpack(v)), x0, steps)
+    _, _, tau0, kappa, host = unpack(x)
     sets: dict[tuple[str, str], Constants] = {}
     what: dict[tuple[str, str], str] = {}
-    n_agg = len(agg)
-    for mode, frontend, rows_used in (("agg", agg_frontend, n_agg), ("disagg", disagg_frontend, len(full))):
-        for generation in dict.fromkeys([*GENERATIONS.values(), *step, ANY_GENERATION]):
-            s_pre_g, s_dec_g = step.get(generation, (1.0, 1.0))
-            tau0, kappa = frontend or (0.0, 0.0)
-            sets[(mode, generation)] = Constants(round(s_pre_g, 4), round(s_dec_g, 4), round(tau0, 4),
-                                                 round(kappa, 4))
-            if generation in step:
-                where = f"step fitted on {covered[generation]} aggregated rows of {generation}"
-            else:
-                where = "physics-only step (the calibration half holds too few aggregated rows of this generation)"
-            front = (f"frontend fitted on {rows_used} {mode} rows" if frontend is not None
-                     else f"no frontend fitted (fewer than {MIN_ROWS} {mode} rows with TTFT)")
-            what[(mode, generation)] = f"{where}; {front}"
+    for generation in dict.fromkeys([*GENERATIONS.values(), *gens, ANY_GENERATION]):
+        if generation in covered:
+            i = gens.index(generation)
+            s_pre, s_dec = _clip(x[2 * i], S_BOUNDS), _clip(x[2 * i + 1], S_BOUNDS)
+            where = f"step fitted on {covered[generation]} agg rows of {generation}"
+        else:
+            s_pre = s_dec = 1.0
+            where = "physics-only step (too few agg calibration rows on this generation)"
+        sets[("agg", generation)] = _rounded(s_pre, s_dec, tau0, kappa, host)
+        what[("agg", generation)] = f"{where}; frontend, host floor: {len(rows)} agg rows"
     return FitResult(sets, what)
 
 
+def fit_disagg(rows: Sequence[Row], *, host_floor: bool = False) -> FitResult:
+    """The disaggregated constants, one set for every backend and generation: fitted on the
+    disaggregated calibration rows with worker counts where there are :data:`MIN_ROWS` of
+    them (the calibration half holds 91, of 5 model x system x backend groups: too few to split
+    by backend), else none. No host floor by default: with one, the grouped cross-validation
+    scored TTFT worse (docs/serving.md, "Form choices")."""
+    full = [r for r in rows if isinstance(r.inputs, DisaggInputs) and r.inputs.concurrency is not None]
+    if len(full) < MIN_ROWS:
+        return FitResult({}, {})
+    batch = DisaggBatch(full)
+
+    def unpack(x: np.ndarray) -> tuple[float, float, float, float, float]:
+        host = _clip(x[4], HOST_BOUNDS) if host_floor else 0.0
+        return (_clip(x[0], S_BOUNDS), _clip(x[1], S_BOUNDS), _clip(x[2], TAU0_BOUNDS), _clip(x[3], KAPPA_BOUNDS),
+                host)
+
+    x0 = [1.0, 1.0, 200.0, 0.3] + ([0.05] if host_floor else [])
+    steps = [0.1, 0.1, 20.0, 0.1] + ([0.02] if host_floor else [])
+    x = nelder_mead(lambda v: batch.loss(*unpack(v)), x0, steps)
+    groups = len({r.group for r in full})
+    return FitResult({("disagg", ANY_GENERATION): _rounded(*unpack(x))},
+                     {("disagg", ANY_GENERATION): f"step and frontend fitted on {len(full)} disagg rows of {groups} "
+                                                  "groups, every backend"})
+
+
 __all__ = ["MIN_GROUPS", "MIN_ROWS", "AggBatch", "DisaggBatch", "FitResult", "Row", "covered_generations",
-           "fit_backend", "nelder_mead"]
+           "fit_agg", "fit_disagg", "nelder_mead"]

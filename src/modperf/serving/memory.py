@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import errors as E
 from ..layers import ffn_groups, layer_schedule
 from ..roofline import bytes_of, gpu_spec
-from .backend import KV_BYTES, Backend, GiB
+from .backend import KV_BYTES, RULES, Backend, GiB
 
 if TYPE_CHECKING:
     from ..models import ModelConfig
@@ -122,16 +122,6 @@ def kv_bytes_per_token(config: ModelConfig, tp: int, context: int, element: floa
     return total
 
 
-#: Rules found by reading why rows were far off or not answered, evaluation rows among them.
-#: Each stays switchable so that ``bench/step_fidelity.py`` can report its ablation on both
-#: halves (docs/serving.md, "Rules found on evaluation rows"); a library caller never sets them.
-RULES: dict[str, bool] = {
-    # where the backend's default rule leaves less than one request of KV but the GPU holds
-    # one, the deployment must have set its own memory fraction: use the physical remainder
-    "memory_floor": True,
-}
-
-
 @dataclass
 class PoolMemory:
     """One GPU of a pool: its weights, the KV budget the backend's rule leaves, KV bytes per
@@ -204,5 +194,5 @@ def kv_transfer_ms(kv_bytes: float, *, system: str, gpus: int) -> float:
     return kv_bytes / (gpu.inter_node_bw * gpus) * 1000.0 + gpu.p2p_latency * 1000.0
 
 
-__all__ = ["RULES", "PoolMemory", "PoolShape", "SystemMemory", "kv_bytes_per_token", "kv_transfer_ms",
+__all__ = ["PoolMemory", "PoolShape", "SystemMemory", "kv_bytes_per_token", "kv_transfer_ms",
            "pool_memory", "system_memory", "weight_bytes_per_gpu"]

@@ -40,6 +40,9 @@ class Constants:
     s_dec: float = 1.0
     tau0_ms: float = 0.0
     kappa: float = 0.0
+    #: The host's time per op of an eager step (ms): a step carrying prefill runs without a
+    #: CUDA graph, so it takes at least its ops x this (docs/serving.md, "What a served step pays").
+    host_op_ms: float = 0.0
     #: Engine steps a new request waits through besides its prefill: half a running step on
     #: average. Not fitted: letting it float per backend did not improve the calibration
     #: rows' cross-validation (docs/serving.md, "Form choices").
@@ -60,6 +63,11 @@ class AggInputs:
     decode_ms: float  # one decode step of `batch` requests at the mean kv length
     capped_ms: float  # a step carrying the decodes and a full prefill chunk
     max_running: int  # requests the KV cache (and the backend) let run at once
+    prefill_ops: int = 0  # ops an eager step carrying prefill launches (its host floor: x host_op_ms)
+    prefill_chunks: int = 1  # eager steps of one request's own prefill
+    #: "mixed": the capped step carries the decodes and a prefill chunk together; "prefill_first":
+    #: a prefill step runs alone, so a decoding user's slowest step is a decode step plus it.
+    scheduler: str = "mixed"
 
 
 @dataclass
@@ -104,12 +112,22 @@ def closed_loop(batch: Any, rounds: Any, w: Any, td: Any, cap: Any, own: Any, pa
     return np.maximum(ttft, floor), tpot, rate, u, floor > ttft
 
 
+def eager(ms: Any, ops: Any, c: Constants) -> Any:
+    """An eager step: its scaled GPU time, at least its ops times the host's time per op (the
+    host launches them one after another while the GPU runs them)."""
+    return np.maximum(c.s_pre * ms, ops * c.host_op_ms)
+
+
 def _agg_closed_loop(x: AggInputs, c: Constants, batch: int) -> ServingTimes:
     """Solve the closed loop for ``batch`` running users (no admission queue)."""
-    w = c.s_pre * x.prefill_packed_ms / x.packed  # one request's share of prefill work
+    floor = x.prefill_ops * c.host_op_ms  # an eager step's host floor
+    w = float(eager(x.prefill_packed_ms, x.prefill_ops, c)) / x.packed  # one request's share of prefill work
     td = c.s_dec * x.decode_ms
-    cap = max(c.s_dec * x.decode_ms + c.s_pre * (x.capped_ms - x.decode_ms), td)
-    own = c.s_pre * x.prefill_one_ms
+    if x.scheduler == "prefill_first":
+        cap = td + w * x.packed
+    else:
+        cap = max(td + c.s_pre * (x.capped_ms - x.decode_ms), td, floor)
+    own = max(c.s_pre * x.prefill_one_ms, x.prefill_chunks * floor)
     ttft, tpot, rate, u, bound = closed_loop(batch, x.osl - 1, w, td, cap, own, x.packed, c)
     return ServingTimes(float(ttft), float(tpot), {
         "requests_per_s_per_rank": float(rate) * 1000.0, "prefill_utilisation": float(u),
@@ -151,6 +169,8 @@ class DisaggInputs:
     packed: int
     decode_ms: float  # one decode step of the decode rank's batch at the mean kv length
     kv_transfer_ms: float | None
+    prefill_ops: int = 0  # ops an eager prefill step launches
+    prefill_chunks: int = 1
 
 
 def disaggregated(x: DisaggInputs, c: Constants) -> ServingTimes:
@@ -160,8 +180,8 @@ def disaggregated(x: DisaggInputs, c: Constants) -> ServingTimes:
     if (x.concurrency is None or x.prefill_ranks is None or x.prefill_one_ms is None
             or x.prefill_packed_ms is None or x.kv_transfer_ms is None):
         return ServingTimes(None, tpot, {"decode_step_ms": tpot})
-    w = c.s_pre * x.prefill_packed_ms / x.packed
-    own = c.s_pre * x.prefill_one_ms
+    w = float(eager(x.prefill_packed_ms, x.prefill_ops, c)) / x.packed
+    own = max(c.s_pre * x.prefill_one_ms, x.prefill_chunks * x.prefill_ops * c.host_op_ms)
     per_rank = x.concurrency / x.prefill_ranks
     queue = c.kappa * max(0.0, (per_rank - 1.0) / 2.0) * w
     ttft = c.tau0_ms + own + x.kv_transfer_ms + queue

@@ -40,12 +40,17 @@ class SGLang(Backend):
 # --- fitted constants: written by `python bench/silicon.py --fit` from calibration rows only ---
 SGLang.fitted = Fitted(
     sets={
-        ("agg", "*"): Constants(s_pre=0.8951, s_dec=1.1255, tau0_ms=155.3887, kappa=1.0),
-        ("disagg", "*"): Constants(s_pre=0.7398, s_dec=0.8419, tau0_ms=258.9075, kappa=0.2203),
+        ("agg", "hopper"): Constants(s_pre=0.9095, s_dec=1.1282, tau0_ms=154.9584, kappa=1.0, host_op_ms=0.0),
+        ("agg", "blackwell"): Constants(s_pre=0.7478, s_dec=1.1894, tau0_ms=154.9584, kappa=1.0, host_op_ms=0.0),
+        ("agg", "*"): Constants(s_pre=1.0, s_dec=1.0, tau0_ms=154.9584, kappa=1.0, host_op_ms=0.0),
+        ("disagg", "*"): Constants(s_pre=0.6999, s_dec=0.8528, tau0_ms=260.0899, kappa=0.2396, host_op_ms=0.0),
     },
     what={
-        ("agg", "*"): "step and frontend (sglang 277, trtllm 492, vllm 503 rows; re-exports once)",
-        ("disagg", "*"): "step and frontend, shared by every backend (91 rows; re-exports once)",
+        ("agg", "hopper"): "step fitted on 198 agg rows of hopper; frontend, host floor: 277 agg rows",
+        ("agg", "blackwell"): "step fitted on 79 agg rows of blackwell; frontend, host floor: 277 agg rows",
+        ("agg", "*"): "physics-only step (too few agg calibration rows on this generation); "
+            "frontend, host floor: 277 agg rows",
+        ("disagg", "*"): "step and frontend fitted on 91 disagg rows of 4 groups, every backend",
     },
     date="2026-12-03",
 )

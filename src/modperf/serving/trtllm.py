@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from ..roofline import bytes_of
-from .backend import KV_BYTES, Backend, Fitted
+from .backend import KV_BYTES, RULES, Backend, Fitted
 from .model import Constants
 
 
@@ -30,7 +30,7 @@ class TRTLLM(Backend):
         return 0.90 * (mem_capacity - weights - other)
 
     def kv_element_bytes(self, gemm_dtype: str | None) -> float:
-        return 1.0 if int(8 * bytes_of(gemm_dtype)) <= 8 else KV_BYTES
+        return 1.0 if RULES["fp8_kv"] and int(8 * bytes_of(gemm_dtype)) <= 8 else KV_BYTES
 
     def graph_max_batch(self, mem_capacity: float, tp: int) -> int:
         return 128
@@ -39,12 +39,18 @@ class TRTLLM(Backend):
 # --- fitted constants: written by `python bench/silicon.py --fit` from calibration rows only ---
 TRTLLM.fitted = Fitted(
     sets={
-        ("agg", "*"): Constants(s_pre=1.1089, s_dec=0.9286, tau0_ms=134.8505, kappa=0.1405),
-        ("disagg", "*"): Constants(s_pre=0.7398, s_dec=0.8419, tau0_ms=258.9075, kappa=0.2203),
+        ("agg", "hopper"): Constants(s_pre=1.1304, s_dec=0.9776, tau0_ms=116.9546, kappa=0.143, host_op_ms=0.06441),
+        ("agg", "blackwell"): Constants(s_pre=1.0, s_dec=1.0, tau0_ms=116.9546, kappa=0.143, host_op_ms=0.06441),
+        ("agg", "*"): Constants(s_pre=1.0, s_dec=1.0, tau0_ms=116.9546, kappa=0.143, host_op_ms=0.06441),
+        ("disagg", "*"): Constants(s_pre=0.6999, s_dec=0.8528, tau0_ms=260.0899, kappa=0.2396, host_op_ms=0.0),
     },
     what={
-        ("agg", "*"): "step and frontend (sglang 277, trtllm 492, vllm 503 rows; re-exports once)",
-        ("disagg", "*"): "step and frontend, shared by every backend (91 rows; re-exports once)",
+        ("agg", "hopper"): "step fitted on 484 agg rows of hopper; frontend, host floor: 492 agg rows",
+        ("agg", "blackwell"): "physics-only step (too few agg calibration rows on this generation); "
+            "frontend, host floor: 492 agg rows",
+        ("agg", "*"): "physics-only step (too few agg calibration rows on this generation); "
+            "frontend, host floor: 492 agg rows",
+        ("disagg", "*"): "step and frontend fitted on 91 disagg rows of 4 groups, every backend",
     },
     date="2026-12-03",
 )

@@ -33,12 +33,17 @@ class VLLM(Backend):
 # --- fitted constants: written by `python bench/silicon.py --fit` from calibration rows only ---
 VLLM.fitted = Fitted(
     sets={
-        ("agg", "*"): Constants(s_pre=1.0586, s_dec=1.0024, tau0_ms=33.0999, kappa=0.1543),
-        ("disagg", "*"): Constants(s_pre=0.7398, s_dec=0.8419, tau0_ms=258.9075, kappa=0.2203),
+        ("agg", "hopper"): Constants(s_pre=1.0988, s_dec=1.0799, tau0_ms=22.3281, kappa=0.1593, host_op_ms=0.07303),
+        ("agg", "blackwell"): Constants(s_pre=1.0188, s_dec=1.1139, tau0_ms=22.3281, kappa=0.1593, host_op_ms=0.07303),
+        ("agg", "*"): Constants(s_pre=1.0, s_dec=1.0, tau0_ms=22.3281, kappa=0.1593, host_op_ms=0.07303),
+        ("disagg", "*"): Constants(s_pre=0.6999, s_dec=0.8528, tau0_ms=260.0899, kappa=0.2396, host_op_ms=0.0),
     },
     what={
-        ("agg", "*"): "step and frontend (sglang 277, trtllm 492, vllm 503 rows; re-exports once)",
-        ("disagg", "*"): "step and frontend, shared by every backend (91 rows; re-exports once)",
+        ("agg", "hopper"): "step fitted on 294 agg rows of hopper; frontend, host floor: 503 agg rows",
+        ("agg", "blackwell"): "step fitted on 209 agg rows of blackwell; frontend, host floor: 503 agg rows",
+        ("agg", "*"): "physics-only step (too few agg calibration rows on this generation); "
+            "frontend, host floor: 503 agg rows",
+        ("disagg", "*"): "step and frontend fitted on 91 disagg rows of 4 groups, every backend",
     },
     date="2026-12-03",
 )

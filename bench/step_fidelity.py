@@ -1,0 +1,191 @@
+"""Step fidelity: where the serving predictions' error sits, on both halves of the silicon rows.
+
+The error of TTFT and TPOT (signed median and |relative error| median / p90), on calibration
+and evaluation rows side by side, by
+
+* concurrency band (the closed loop's users: <= 4 isolates the step, higher bands the
+  scheduler),
+* backend x mode, GPU generation (``modperf.serving.generation_of``), model family,
+
+each with the physics-only step (the op tables' steps as priced, no fitted constant) beside the
+fitted constants the backends carry. ``--levers`` then switches each rule of the step and the
+serving model off in turn, re-prices, refits the constants on the calibration half (as
+``bench/silicon.py --fit`` would) and prints the headline of both halves: the effect of each
+lever on calibration and evaluation alike. Rules found by reading evaluation rows (the pricing
+fallbacks, TRT-LLM's fp8 KV, the memory floor) are among the levers (docs/serving.md, "Rules
+found on evaluation rows").
+
+    python bench/step_fidelity.py                 # the bands and groups, fitted and physics-only
+    python bench/step_fidelity.py --levers        # also every lever's ablation (re-prices: minutes)
+
+Prints tables; asserts nothing. Reads nothing of the evaluation rows but their score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import modperf
+from modperf.predict import FALLBACKS, Priced
+from modperf.serving import RULES, generation_of
+from silicon import calibration_rows, fit, predictions, price_all, user_configs
+from silicon_tool import stats
+
+from modperf.silicon import silicon_rows
+
+BANDS = ((1, 4, "<= 4"), (5, 32, "5-32"), (33, 256, "33-256"), (257, 1 << 30, "> 256"))
+FAMILIES = (("deepseek", "DeepSeek"), ("kimi", "Kimi"), ("glm", "GLM"), ("qwen3.5", "Qwen3.5"),
+            ("qwen3-235b", "Qwen3 MoE"), ("qwen3-32b", "Qwen3 dense"), ("llama", "Llama"),
+            ("minimax", "MiniMax"), ("gpt-oss", "gpt-oss"))
+
+
+def family(model: str) -> str:
+    low = model.lower()
+    return next((name for key, name in FAMILIES if key in low), model)
+
+
+def band(concurrency: int | None) -> str:
+    if concurrency is None:
+        return "unknown"
+    return next(name for lo, hi, name in BANDS if lo <= concurrency <= hi)
+
+
+def concurrency_of(r: dict[str, Any], priced: dict[str, Any]) -> int | None:
+    p = priced[r["id"]]
+    return p.concurrency if isinstance(p, Priced) else None
+
+
+def _fmt(values: tuple[float, float, float]) -> str:
+    med, p90, signed = values
+    if med != med:
+        return f"{'':>20}"
+    return f"{signed:>+6.2f} {med:>5.2f}/{p90:>5.2f}"
+
+
+def table(title: str, rows: list[dict[str, Any]], priced, fitted, physics, key) -> None:
+    """One line per group and split: rows, answered; TPOT and TTFT, physics step and fitted."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
+    for r in rows:
+        groups[(str(key(r)), r["split"])].append(r)
+    print(f"\n{title}")
+    print(f"{'group':<34} {'half':<5} {'rows':>5} {'ans':>5}   {'TPOT physics':>20} {'TPOT fitted':>20}   "
+          f"{'TTFT physics':>20} {'TTFT fitted':>20}")
+    print(f"{'':<34} {'':<5} {'':>5} {'':>5}   {'signed med / p90':>20} {'signed med / p90':>20}   "
+          f"{'signed med / p90':>20} {'signed med / p90':>20}")
+    for (name, half) in sorted(groups, key=lambda k: (k[0], k[1] != "calib")):
+        g = groups[(name, half)]
+        got = [r for r in g if r["id"] in fitted]
+        line = f"{name:<34} {half:<5} {len(g):>5} {len(got) / len(g):>5.0%}"
+        if got:
+            cells = []
+            for metric, i in (("tpot", 1), ("ttft", 0)):
+                for preds in (physics, fitted):
+                    cells.append(_fmt(stats([(preds[r["id"]][i], r[f"silicon_{metric}_ms"]) for r in got])))
+            line += f"   {cells[0]} {cells[1]}   {cells[2]} {cells[3]}"
+        print(line)
+
+
+def headline(rows, priced, preds) -> str:
+    out = []
+    for half in ("calib", "eval"):
+        g = [r for r in rows if r["split"] == half]
+        got = [r for r in g if r["id"] in preds]
+        t = stats([(preds[r["id"]][0], r["silicon_ttft_ms"]) for r in got])
+        p = stats([(preds[r["id"]][1], r["silicon_tpot_ms"]) for r in got])
+        out.append(f"{half} {len(got) / len(g):>4.0%} TTFT {t[0]:.3f}/{t[1]:.3f} ({t[2]:+.2f}) "
+                   f"TPOT {p[0]:.3f}/{p[1]:.3f} ({p[2]:+.2f})")
+    return "   ".join(out)
+
+
+def dedupe(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per measurement and half (a re-export under several ids counted once)."""
+    seen, out = set(), []
+    for r in rows:
+        key = (r["silicon_ttft_ms"], r["silicon_tpot_ms"], r["split"])
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def price(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = modperf.open()
+        user_configs(Path(tmp), db)
+        db = modperf.open(model_configs=[tmp])
+        return price_all(db, rows)
+
+
+def without_fallbacks(priced: dict[str, Any], which: str) -> dict[str, Any]:
+    """The priced rows with those standing on the fallback ``which`` made unanswered."""
+    name = FALLBACKS[which]
+    return {k: (v if not (isinstance(v, Priced) and name in v.fallbacks) else RuntimeError(which))
+            for k, v in priced.items()}
+
+
+def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
+    """Every lever off in turn: re-priced where it acts on the steps, constants refitted on the
+    calibration half, the headline of both halves."""
+    print("\nLEVERS (each off in turn; constants refitted on calibration rows; re-exports once)")
+    base = fit(rows, priced)
+    print(f"  {'everything on (as shipped, refitted)':<44} {headline(rows, priced, predictions(rows, priced, base))}")
+    print(f"  {'  the same, physics-only constants':<44} "
+          f"{headline(rows, priced, predictions(rows, priced, 'physics'))}")
+    for which in FALLBACKS:
+        cut = without_fallbacks(priced, which)
+        n = {h: sum(1 for r in rows if r["split"] == h and isinstance(priced[r["id"]], Priced)
+                    and not isinstance(cut[r["id"]], Priced)) for h in ("calib", "eval")}
+        label = f"without fallback {which} ({n['calib']}/{n['eval']} rows)"
+        print(f"  {label:<44} {headline(rows, cut, predictions(rows, cut, fit(rows, cut)))}")
+    for rule in RULES:
+        RULES[rule] = False
+        try:
+            start = time.perf_counter()
+            again = price(rows)
+            print(f"  {'without ' + rule:<44} {headline(rows, again, predictions(rows, again, fit(rows, again)))}"
+                  f"   ({time.perf_counter() - start:.0f} s)")
+        finally:
+            RULES[rule] = True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--levers", action="store_true", help="also switch each lever off (re-prices: minutes)")
+    args = parser.parse_args()
+    every = silicon_rows()
+    start = time.perf_counter()
+    priced = price(every)
+    print(f"priced {len(every)} rows in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    rows = dedupe(every)
+    fitted = predictions(rows, priced)
+    physics = predictions(rows, priced, "physics")
+    print(f"rows (one per measurement and half): calibration {sum(r['split'] == 'calib' for r in rows)}, "
+          f"evaluation {sum(r['split'] == 'eval' for r in rows)}; calibration rows the fit may use: "
+          f"{len(calibration_rows(every, priced))}")
+    print("cells: signed median relative error, then |relative error| median / p90")
+    table("BY CONCURRENCY BAND (aggregated)", [r for r in rows if r["mode"] == "agg"], priced, fitted, physics,
+          lambda r: band(concurrency_of(r, priced)))
+    table("BY CONCURRENCY BAND (disaggregated)", [r for r in rows if r["mode"] == "disagg"], priced, fitted,
+          physics, lambda r: band(concurrency_of(r, priced)))
+    table("BY BACKEND x MODE", rows, priced, fitted, physics, lambda r: f"{r['backend']} {r['mode']}")
+    table("BY BACKEND x GENERATION (aggregated)", [r for r in rows if r["mode"] == "agg"], priced, fitted, physics,
+          lambda r: f"{r['backend']} {generation_of(r['system'])}")
+    table("BY BACKEND x GENERATION x BAND <= 4 (aggregated: the step alone)",
+          [r for r in rows if r["mode"] == "agg" and band(concurrency_of(r, priced)) == "<= 4"], priced, fitted,
+          physics, lambda r: f"{r['backend']} {generation_of(r['system'])}")
+    table("BY MODEL FAMILY", rows, priced, fitted, physics, lambda r: f"{family(r['model_path'])} {r['mode']}")
+    if args.levers:
+        levers(every, priced)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

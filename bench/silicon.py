@@ -56,8 +56,16 @@ import modperf
 from modperf import errors as E
 from modperf.predict import Priced, deployment_from_row, price, solve
 from modperf.serving import BACKENDS, Constants, backend_of, generation_of
-from modperf.serving.fit import FitResult, Row, fit_agg, fit_disagg
-from modperf.silicon import question, silicon_rows
+from modperf.serving.fit import FitResult
+from modperf.silicon import (
+    USER_CONFIGS,
+    calibration_rows,
+    fit_constants,
+    price_rows,
+    question,
+    silicon_rows,
+    write_user_configs,
+)
 from silicon_tool import stats
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,28 +74,9 @@ SERVING = REPO / "src" / "modperf" / "serving"
 BEGIN = "# --- fitted constants: written by `python bench/silicon.py --fit` from calibration rows only ---"
 END = "# --- end of fitted constants ---"
 
-#: Ids of the file without a bundled config under that name -> the bundled config of the same
-#: architecture (a user's --model-configs folder; the served dtypes come from the row).
-USER_CONFIGS = {
-    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
-    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
-    "zhipuai/GLM-5": "zai-org/GLM-5",
-    "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
-    "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
-}
-
 #: The best tool's figures on 800 stratified rows, as issue 14 states them (aiconfigurator 0.12.0);
 #: ``--tool`` measures it on the same rows instead.
 TOOL = {"answered": 0.60, "ttft": (0.51, 0.93, -0.41), "tpot": (0.22, 0.74, None)}
-
-
-def user_configs(folder: Path, db: modperf.Database) -> None:
-    for wanted, bundled in USER_CONFIGS.items():
-        if wanted in db.models.ids():
-            continue
-        source = db.models.get(bundled)
-        (folder / (wanted.replace("/", "--") + "_config.json")).write_text(json.dumps(source.raw))
 
 
 def cross_split_twins(rows: list[dict[str, Any]]) -> set[str]:
@@ -124,28 +113,13 @@ def noise_floor(rows: list[dict[str, Any]]) -> tuple[float, float, float, float]
 
 
 def price_all(db: modperf.Database, rows: list[dict[str, Any]]) -> dict[str, Priced | E.ModperfError]:
-    """Every row priced strictly; a row a table refuses (NotCoveredError) is priced again with
-    ``allow_substitute``, and kept as a substituted row where that answers with substitutions
-    (``Priced.substitutions``): the scoreboard scores those apart, the fit never uses them."""
-    out: dict[str, Priced | E.ModperfError] = {}
     start = time.perf_counter()
-    for i, r in enumerate(rows):
-        dep = None
-        try:
-            dep = deployment_from_row(question(r))
-            out[r["id"]] = price(db, dep)
-        except E.ModperfError as exc:
-            out[r["id"]] = exc
-            if isinstance(exc, E.NotCoveredError) and dep is not None:
-                try:
-                    again = price(db, dep, allow_substitute=True)
-                except E.ModperfError:
-                    again = None
-                if again is not None and again.substitutions:
-                    out[r["id"]] = again
+
+    def progress(i: int) -> None:
         if (i + 1) % 500 == 0:
             print(f"  priced {i + 1}/{len(rows)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    return out
+
+    return price_rows(db, rows, progress=progress)
 
 
 #: Constants per row: the fitted ones its backend carries (None), physics only (``"physics"``),
@@ -179,42 +153,9 @@ def predictions(rows, priced, choice: Any = None) -> dict[str, tuple[float | Non
 # --- fitting ------------------------------------------------------------------------------------
 
 
-def calibration_rows(rows, priced, mode: str | None = None) -> list[dict[str, Any]]:
-    """The calibration rows the constants may be fitted on: priced, of ``mode`` when given, and
-    one measurement re-exported under several ids counted once."""
-    calib, seen = [], set()
-    for r in rows:
-        pair = (r["silicon_ttft_ms"], r["silicon_tpot_ms"])
-        p = priced[r["id"]]
-        if r["split"] != "calib" or (mode and r["mode"] != mode) or pair in seen \
-                or not isinstance(p, Priced) or p.substitutions:
-            continue
-        seen.add(pair)
-        calib.append(r)
-    return calib
-
-
-def fit_row(r: dict[str, Any], priced, generation: Any = "system") -> Row:
-    gen = generation_of(r["system"]) if generation == "system" else generation
-    return Row(priced[r["id"]].inputs, gen, (r["model_path"], r["system"]), float(r["silicon_ttft_ms"]),
-               float(r["silicon_tpot_ms"]))
-
-
 def fit(rows, priced, generation: Any = "system", host_floor: bool = True,
         disagg_host_floor: bool = False) -> dict[str, FitResult]:
-    """Every backend's constants from the calibration rows (modperf.serving.fit): aggregated per
-    backend, disaggregated one set for all (written into each backend's module). ``generation``
-    "system" fits step scales per GPU generation, another value pools every generation under
-    it; ``host_floor=False`` fixes the host's time per eager op at 0."""
-    calib = calibration_rows(rows, priced)
-    disagg = fit_disagg([fit_row(r, priced, generation) for r in calib if r["mode"] == "disagg"],
-                        host_floor=disagg_host_floor)
-    out = {}
-    for backend in sorted(BACKENDS):
-        agg = fit_agg([fit_row(r, priced, generation) for r in calib if r["backend"] == backend
-                       and r["mode"] == "agg"], host_floor=host_floor)
-        out[backend] = FitResult({**agg.sets, **disagg.sets}, {**agg.what, **disagg.what})
-    return out
+    return fit_constants(rows, priced, generation, host_floor, disagg_host_floor)
 
 
 def write_constants(results: dict[str, FitResult]) -> None:
@@ -373,7 +314,7 @@ def main() -> int:
         rows_priced = rows
     with tempfile.TemporaryDirectory() as tmp:
         db = modperf.open()
-        user_configs(Path(tmp), db)
+        write_user_configs(Path(tmp), db)
         db = modperf.open(model_configs=[tmp])
         start = time.perf_counter()
         priced = price_all(db, rows_priced)

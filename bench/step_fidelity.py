@@ -36,10 +36,10 @@ import numpy as np
 import modperf
 from modperf.predict import FALLBACKS, Priced
 from modperf.serving import RULES, generation_of
-from silicon import calibration_rows, fit, predictions, price_all, user_configs
+from silicon import calibration_rows, fit, predictions, price_all
 from silicon_tool import stats
 
-from modperf.silicon import silicon_rows
+from modperf.silicon import silicon_rows, write_user_configs
 
 BANDS = ((1, 4, "<= 4"), (5, 32, "5-32"), (33, 256, "33-256"), (257, 1 << 30, "> 256"))
 FAMILIES = (("deepseek", "DeepSeek"), ("kimi", "Kimi"), ("glm", "GLM"), ("qwen3.5", "Qwen3.5"),
@@ -119,7 +119,7 @@ def dedupe(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def price(rows: list[dict[str, Any]]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         db = modperf.open()
-        user_configs(Path(tmp), db)
+        write_user_configs(Path(tmp), db)
         db = modperf.open(model_configs=[tmp])
         return price_all(db, rows)
 
@@ -156,9 +156,34 @@ def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
             RULES[rule] = True
 
 
+def floors(systems: tuple[str, ...] = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")) -> None:
+    """Per GEMM table (every backend version of the systems the silicon rows use): the per-call
+    floor of each bucket at m = 1 and 8 (modperf.model_step.gemm_floors), the GPU's own floor
+    (the table's lowest bucket), and what a CUDA graph removes: the difference."""
+    from modperf.model_step import GemmFloors, gemm_floors
+
+    db = modperf.open()
+    print("\nGEMM PER-CALL FLOORS (us; median of weights <= 4M elements at that m): bucket floor / GPU floor "
+          "-> removed in a graphed decode step")
+    for ref in sorted(db.catalog.slots, key=lambda r: (r.system, r.backend, str(r.version))):
+        if ref.table != "gemm" or ref.system not in systems:
+            continue
+        f = gemm_floors(db, ref.system, ref.backend, str(ref.version))
+        for key, series in sorted(f.buckets.items(), key=str):
+            cells = []
+            for m in (1, 8):
+                fl, gpu = GemmFloors.at(series, m), GemmFloors.at(f.gpu, m)
+                if fl is None or gpu is None:
+                    continue
+                cells.append(f"m {m}: {fl * 1e3:6.1f} / {gpu * 1e3:4.1f} -> {max(fl - gpu, 0) * 1e3:6.1f}")
+            name = "/".join(str(k) for k in key if k != "gemm")
+            print(f"  {ref.system:<9} {ref.backend:<7} {str(ref.version):<11} {name[:44]:<44} {'   '.join(cells)}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levers", action="store_true", help="also switch each lever off (re-prices: minutes)")
+    parser.add_argument("--floors", action="store_true", help="also the GEMM tables' per-call floors")
     args = parser.parse_args()
     every = silicon_rows()
     start = time.perf_counter()
@@ -182,6 +207,8 @@ def main() -> int:
           [r for r in rows if r["mode"] == "agg" and band(concurrency_of(r, priced)) == "<= 4"], priced, fitted,
           physics, lambda r: f"{r['backend']} {generation_of(r['system'])}")
     table("BY MODEL FAMILY", rows, priced, fitted, physics, lambda r: f"{family(r['model_path'])} {r['mode']}")
+    if args.floors:
+        floors()
     if args.levers:
         levers(every, priced)
     return 0

@@ -9,11 +9,12 @@ and evaluation rows side by side, by
 
 each with the physics-only step (the op tables' steps as priced, no fitted constant) beside the
 fitted constants the backends carry. ``--levers`` then switches each rule of the step and the
-serving model off in turn, re-prices, refits the constants on the calibration half (as
-``bench/silicon.py --fit`` would) and prints the headline of both halves: the effect of each
-lever on calibration and evaluation alike. Rules found by reading evaluation rows (the pricing
-fallbacks, TRT-LLM's fp8 KV, the memory floor) are among the levers (docs/serving.md, "Rules
-found on evaluation rows").
+serving model off in turn (or, for a rule dropped after its ablation, puts it back), re-prices
+what it changes, refits the constants on the calibration half (as ``bench/silicon.py --fit``
+would) and prints the headline of both halves: the effect of each lever on calibration and
+evaluation alike. Rules found by reading evaluation rows (the pricing fallbacks, TRT-LLM's fp8
+KV, the memory floor) are among the levers (docs/serving.md, "Rules found on evaluation
+rows"). ``--floors`` prints the GEMM tables' per-call floors that a CUDA graph removes.
 
     python bench/step_fidelity.py                 # the bands and groups, fitted and physics-only
     python bench/step_fidelity.py --levers        # also every lever's ablation (re-prices: minutes)
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import dataclasses
 import sys
 import tempfile
 import time
@@ -35,7 +38,7 @@ import numpy as np
 
 import modperf
 from modperf.predict import FALLBACKS, Priced
-from modperf.serving import RULES, generation_of
+from modperf.serving import generation_of
 from silicon import calibration_rows, fit, predictions, price_all
 from silicon_tool import stats
 
@@ -131,29 +134,142 @@ def without_fallbacks(priced: dict[str, Any], which: str) -> dict[str, Any]:
             for k, v in priced.items()}
 
 
-def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
-    """Every lever off in turn: re-priced where it acts on the steps, constants refitted on the
-    calibration half, the headline of both halves."""
-    print("\nLEVERS (each off in turn; constants refitted on calibration rows; re-exports once)")
-    base = fit(rows, priced)
-    print(f"  {'everything on (as shipped, refitted)':<44} {headline(rows, priced, predictions(rows, priced, base))}")
-    print(f"  {'  the same, physics-only constants':<44} "
-          f"{headline(rows, priced, predictions(rows, priced, 'physics'))}")
-    for which in FALLBACKS:
-        cut = without_fallbacks(priced, which)
-        n = {h: sum(1 for r in rows if r["split"] == h and isinstance(priced[r["id"]], Priced)
-                    and not isinstance(cut[r["id"]], Priced)) for h in ("calib", "eval")}
-        label = f"without fallback {which} ({n['calib']}/{n['eval']} rows)"
-        print(f"  {label:<44} {headline(rows, cut, predictions(rows, cut, fit(rows, cut)))}")
-    for rule in RULES:
-        RULES[rule] = False
+def with_inputs(priced: dict[str, Any], change) -> dict[str, Any]:
+    """A copy of the priced rows with ``change(priced_row)`` -> new inputs (or an exception:
+    the row is then not answered) applied to each strictly priced row."""
+    out = {}
+    for k, v in priced.items():
+        if not isinstance(v, Priced) or v.substitutions:
+            out[k] = v
+            continue
         try:
-            start = time.perf_counter()
-            again = price(rows)
-            print(f"  {'without ' + rule:<44} {headline(rows, again, predictions(rows, again, fit(rows, again)))}"
-                  f"   ({time.perf_counter() - start:.0f} s)")
-        finally:
-            RULES[rule] = True
+            new = change(v)
+        except Exception as exc:  # noqa: BLE001 - a refusal under the lever
+            out[k] = exc
+            continue
+        out[k] = dataclasses.replace(v, inputs=new) if new is not v.inputs else v
+    return out
+
+
+@contextlib.contextmanager
+def put_back(rule: str):
+    """A rule dropped after its ablation, put back for the ablation's figures (docs/serving.md,
+    "Rules found on evaluation rows"), as it stood before: ``memory_floor``: where the
+    backend's default rule leaves less than one request of KV but the GPU holds one, the
+    physical remainder is the budget; ``fp8_kv``: TRT-LLM serves an 8- or 4-bit checkpoint
+    with an fp8 KV cache."""
+    import modperf.predict as predict_module
+    from modperf.roofline import bytes_of
+    from modperf.serving import TRTLLM, memory
+
+    original_pool, original_element = predict_module.pool_memory, TRTLLM.kv_element_bytes
+
+    def with_floor(backend, config, pool, *, system, memory: Any, chunk, tokens, reserved, element, what=""):
+        try:
+            return original_pool(backend, config, pool, system=system, memory=memory, chunk=chunk, tokens=tokens,
+                                 reserved=reserved, element=element, what=what)
+        except modperf.errors.DeploymentFitError as exc:
+            if "default memory rule" not in exc.detail:
+                raise
+        weights = memory_module.weight_bytes_per_gpu(config, pool)
+        per_token = memory_module.kv_bytes_per_token(config, pool.tp, tokens, element)
+        physical = memory.capacity - weights - memory.other
+        fits = int(physical // (per_token * reserved)) if per_token > 0 else backend.max_running
+        return memory_module.PoolMemory(weights, physical, per_token, reserved, min(fits, backend.max_running),
+                                        ["memory floor (put back)"])
+
+    memory_module = memory
+    if rule == "memory_floor":
+        predict_module.pool_memory = with_floor
+    else:
+        TRTLLM.kv_element_bytes = lambda self, dtype: 1.0 if int(8 * bytes_of(dtype)) <= 8 else 2.0
+    try:
+        yield
+    finally:
+        predict_module.pool_memory, TRTLLM.kv_element_bytes = original_pool, original_element
+
+
+def reprice_under(db: modperf.Database, rows: list[dict[str, Any]], strict: dict[str, Any], rule: str
+                  ) -> tuple[dict[str, Any], dict[str, int]]:
+    """The rows a put-back rule may change re-priced under it (the memory floor: rows the
+    default rule refuses; fp8 KV: TRT-LLM rows of 8- or 4-bit GEMMs and the refused ones)."""
+    from modperf.predict import deployment_from_row, price
+    from modperf.silicon import question
+
+    out, changed = dict(strict), {"calib": 0, "eval": 0}
+    with put_back(rule):
+        for r in rows:
+            v = strict[r["id"]]
+            refused = isinstance(v, modperf.errors.DeploymentFitError)
+            quantised = r["backend"] == "trtllm" and str(r.get("gemm_quant_mode") or "") not in ("", "bf16", "fp16")
+            if not (refused or (rule == "fp8_kv" and quantised and isinstance(v, Priced))):
+                continue
+            try:
+                out[r["id"]] = price(db, deployment_from_row(question(r)))
+            except modperf.errors.ModperfError as exc:
+                out[r["id"]] = exc
+            if isinstance(out[r["id"]], Priced) != isinstance(v, Priced) or (
+                    isinstance(v, Priced) and out[r["id"]].inputs != v.inputs):
+                changed[r["split"]] += 1
+    return out, changed
+
+
+def decode_eager(db: modperf.Database):
+    """The change of :func:`with_inputs` for decode steps priced eagerly (as the op tables
+    measured them), not as a CUDA graph replays them: the decode step re-priced alone."""
+    from modperf.model_step import DecodePart, step_cost
+    from modperf.predict import _version_for, ffn_has_moe, served_model
+    from modperf.roofline import gpu_spec
+
+    def change(p: Priced):
+        dep = p.deployment
+        config = served_model(db, dep)
+        pool = dep.pool if dep.mode == "agg" else dep.decode
+        step = p.steps["decode"]
+        hop = (pool.pp - 1) * gpu_spec(dep.system).p2p_latency * 1000.0
+        cost = step_cost(db, model=config.model_id, system=dep.system, backend=dep.backend,
+                         parallel=pool.parallel(ffn_has_moe(config)), version=_version_for(db, dep, []),
+                         decode=DecodePart(step["batch"], step["kv"]))
+        if cost.total_ms is None:
+            raise RuntimeError("partial")
+        return dataclasses.replace(p.inputs, decode_ms=float(cost.total_ms) + hop)
+    return change
+
+
+def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
+    """Every lever off in turn, the constants refitted on the calibration half, the headline of
+    both halves (strict rows)."""
+    print("\nLEVERS (each off in turn; constants refitted on calibration rows; strict rows)")
+    strict = {k: (RuntimeError("substituted") if isinstance(v, Priced) and v.substitutions else v)
+              for k, v in priced.items()}
+
+    def line(label: str, these: dict[str, Any], **form: Any) -> None:
+        print(f"  {label:<58} {headline(rows, these, predictions(rows, these, fit(rows, these, **form)))}")
+
+    line("everything on (as shipped)", strict)
+    print(f"  {'physics-only constants':<58} {headline(rows, strict, predictions(rows, strict, 'physics'))}")
+    line("step scales pooled over generations", strict, generation="all")
+    line("no host floor (host_op_ms 0)", strict, host_floor=False)
+    line("disaggregated host floor fitted too", strict, disagg_host_floor=True)
+    mixed = with_inputs(strict, lambda p: dataclasses.replace(p.inputs, scheduler="mixed")
+                        if hasattr(p.inputs, "scheduler") else p.inputs)
+    line("SGLang capped as a mixed step (not prefill first)", mixed)
+    for which in FALLBACKS:
+        cut = without_fallbacks(strict, which)
+        n = {h: sum(1 for r in rows if r["split"] == h and isinstance(strict[r["id"]], Priced)
+                    and not isinstance(cut[r["id"]], Priced)) for h in ("calib", "eval")}
+        line(f"without fallback {which} (rows lost: {n['calib']} calib, {n['eval']} eval)", cut)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = modperf.open()
+        write_user_configs(Path(tmp), db)
+        db = modperf.open(model_configs=[tmp])
+        for rule in ("memory_floor", "fp8_kv"):
+            again, changed = reprice_under(db, rows, strict, rule)
+            line(f"dropped rule {rule} put back (rows changed: {changed['calib']} calib, {changed['eval']} eval)",
+                 again)
+        start = time.perf_counter()
+        eager = with_inputs(strict, decode_eager(db))
+        line(f"decode steps eager, not graphed ({time.perf_counter() - start:.0f} s to re-price)", eager)
 
 
 def floors(systems: tuple[str, ...] = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")) -> None:

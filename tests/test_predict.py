@@ -161,18 +161,20 @@ def test_disaggregated_without_worker_counts_answers_tpot_only(db: modperf.Datab
 
 
 def test_a_deployment_that_cannot_run_is_refused_with_the_figures(db: modperf.Database) -> None:
-    """DeepSeek-V3's fp8 weights (~640 GiB) on one 80 GiB H100 of the prefill pool."""
+    """DeepSeek-V3's fp8 weights (~626 GiB) on one 80 GiB H100 of the prefill pool (the decode
+    pool, over 16 GPUs, holds its 39 GiB share)."""
     row = {"model_path": "deepseek-ai/DeepSeek-V3", "system": "h100_sxm", "backend": "sglang", "mode": "disagg",
-           "isl": 1024, "osl": 64, "prefill_tp_size": 1, "prefill_num_workers": 1, "decode_tp_size": 8,
+           "isl": 1024, "osl": 64, "prefill_tp_size": 1, "prefill_num_workers": 1, "decode_tp_size": 16,
            "decode_num_workers": 2, "decode_batch_size": 8}
     with pytest.raises(E.DeploymentFitError, match="deepseek-ai/DeepSeek-V3 does not fit the prefill pool on "
                                                    r"h100_sxm: its weights take 6\d\d\.\d GiB per GPU at tp 1") as exc:
         price(db, deployment_from_row(row))
     assert exc.value.values["gpu_gib"] == 80.0 and exc.value.values["weights_gib"] > 600
     assert exc.value.exit_code == 2 and exc.value.kind == "does_not_fit"
-    # the decode pool is checked too
-    with pytest.raises(E.DeploymentFitError, match="does not fit the decode pool"):
-        price(db, deployment_from_row({**row, "prefill_tp_size": 8, "decode_tp_size": 1}))
+    # the decode pool is checked too: at tp 8 each GPU holds 78.3 GiB of weights beside the 3.5 GiB reserve
+    with pytest.raises(E.DeploymentFitError, match=r"does not fit the decode pool on h100_sxm: its weights take "
+                                                   r"78\.3 GiB per GPU at tp 8"):
+        price(db, deployment_from_row({**row, "prefill_tp_size": 16, "decode_tp_size": 8}))
     # one request whose KV alone exceeds what the weights leave
     with pytest.raises(E.DeploymentFitError, match="one request of 1001000 tokens does not fit one GPU"):
         price(db, deployment_from_row({**QWEN, "system": "h100_sxm", "isl": 1_000_000, "osl": 1000,
@@ -251,6 +253,6 @@ def test_backends_own_their_rules() -> None:
     assert sglang.graph_max_batch(h200, 4) == 512 and sglang.graph_max_batch(b200, 1) == 512
     assert [b.scheduler for b in (vllm, sglang, trtllm)] == ["mixed", "prefill_first", "mixed"]
     assert trtllm.reserved_tokens(1000, 200) == 1200 and vllm.reserved_tokens(1000, 200) == 1100
-    assert trtllm.kv_element_bytes("fp8_block") == 1.0 and trtllm.kv_element_bytes("bfloat16") == 2.0
-    assert vllm.kv_element_bytes("fp8_block") == 2.0
+    # the KV cache is the model's bfloat16 on every backend (TRT-LLM's fp8-KV assumption was dropped)
+    assert {b.kv_element_bytes("fp8_block") for b in (vllm, sglang, trtllm)} == {2.0}
     assert trtllm.kv_budget_bytes(mem_capacity=100.0, weights=20.0, other=10.0, chunk=8192, gpus=1) == 0.9 * 70.0

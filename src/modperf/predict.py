@@ -25,7 +25,6 @@ from .model_step import COMPOSED_FALLBACK, DecodePart, Parallel, SeqChunk, StepC
 from .roofline import bytes_of, gpu_spec
 from .serving import (
     KV_BYTES,
-    RULES,
     AggInputs,
     Backend,
     Constants,
@@ -425,8 +424,8 @@ def _decode_step(steps: _Steps, backend: Backend, memory_capacity: float, batch:
                  notes: list[str]) -> tuple[StepCost, bool]:
     """A decode-only step as the engine runs it: replayed as a CUDA graph up to the backend's
     largest captured batch, eagerly beyond it (docs/serving.md, "What a served step pays")."""
-    graphed = RULES["graphed_decode"] and batch <= backend.graph_max_batch(memory_capacity, steps.pool.tp)
-    if not graphed and RULES["graphed_decode"]:
+    graphed = batch <= backend.graph_max_batch(memory_capacity, steps.pool.tp)
+    if not graphed:
         notes.append(f"decode batch {batch} is above {backend.name}'s largest CUDA graph "
                      f"({backend.graph_max_batch(memory_capacity, steps.pool.tp)}): priced as an eager step")
     return steps.cost(decode=DecodePart(batch, kv), graphed=graphed), graphed
@@ -479,10 +478,10 @@ def price(db: Database, dep: Deployment, *, allow_substitute: bool = False) -> P
                       priced.kinds, priced.versions, notes + priced.notes + _substituted(priced.substitutions),
                       fallbacks=sorted(priced.fallbacks), substitutions=sorted(priced.substitutions))
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
-    dec_mem = pool_memory(backend, config, dep.decode, system=dep.system, memory=memory, chunk=chunk,
-                          tokens=dep.isl + dep.osl, reserved=reserved, element=element, what="decode")
     pre_mem = pool_memory(backend, config, dep.prefill, system=dep.system, memory=memory, chunk=chunk,
                           tokens=dep.isl, reserved=dep.isl, element=element, what="prefill")
+    dec_mem = pool_memory(backend, config, dep.decode, system=dep.system, memory=memory, chunk=chunk,
+                          tokens=dep.isl + dep.osl, reserved=reserved, element=element, what="decode")
     notes += pre_mem.notes + dec_mem.notes
     dec = _Steps(db, dep, config.model_id, dep.decode, version, has_moe, allow_substitute)
     decode_step, graphed = _decode_step(dec, backend, memory.capacity, dep.decode.batch, kv_mean, notes)

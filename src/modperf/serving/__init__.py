@@ -16,7 +16,7 @@ steps from the op tables and calls into this package; nothing here reads a table
 from __future__ import annotations
 
 from .. import errors as E
-from .backend import ANY_GENERATION, GENERATIONS, KV_BYTES, LARGE_GPU_BYTES, RULES, Backend, Fitted, generation_of
+from .backend import ANY_GENERATION, GENERATIONS, KV_BYTES, LARGE_GPU_BYTES, Backend, Fitted, generation_of
 from .memory import (
     PoolMemory,
     SystemMemory,
@@ -72,7 +72,6 @@ __all__ = [
     "GENERATIONS",
     "KV_BYTES",
     "LARGE_GPU_BYTES",
-    "RULES",
     "TRTLLM",
     "VLLM",
     "AggInputs",

@@ -32,20 +32,6 @@ from .model import Constants
 GiB = 2**30
 MiB = 2**20
 
-#: Rules kept switchable so that ``bench/step_fidelity.py`` can report each one's effect on
-#: both halves of the silicon rows (docs/serving.md); a library caller never sets them.
-#: ``memory_floor`` and ``fp8_kv`` were found by reading why rows were far off or not
-#: answered, evaluation rows among them ("Rules found on evaluation rows").
-RULES: dict[str, bool] = {
-    # decode steps priced as the backend's CUDA graph replays them (docs/serving.md)
-    "graphed_decode": True,
-    # where the backend's default rule leaves less than one request of KV but the GPU holds
-    # one, the deployment must have set its own memory fraction: use the physical remainder
-    "memory_floor": True,
-    # TRT-LLM serves an 8- or 4-bit checkpoint with an fp8 KV cache
-    "fp8_kv": True,
-}
-
 #: GPU generations by the major compute capability the system file states (``gpu.sm_version``):
 #: the unit the step scales are fitted per (docs/serving.md, "Constants").
 GENERATIONS = {9: "hopper", 10: "blackwell"}
@@ -143,5 +129,5 @@ LARGE_GPU_BYTES = 160e9
 #: Bytes of a KV-cache element in the model's dtype (bfloat16).
 KV_BYTES = 2.0
 
-__all__ = ["ANY_GENERATION", "GENERATIONS", "KV_BYTES", "LARGE_GPU_BYTES", "RULES", "Backend", "Fitted", "GiB", "MiB",
+__all__ = ["ANY_GENERATION", "GENERATIONS", "KV_BYTES", "LARGE_GPU_BYTES", "Backend", "Fitted", "GiB", "MiB",
            "generation_of"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import errors as E
 from ..layers import ffn_groups, layer_schedule
 from ..roofline import bytes_of, gpu_spec
-from .backend import KV_BYTES, RULES, Backend, GiB
+from .backend import KV_BYTES, Backend, GiB
 
 if TYPE_CHECKING:
     from ..models import ModelConfig
@@ -166,11 +166,6 @@ def pool_memory(backend: Backend, config: ModelConfig, pool: PoolShape, *, syste
     budget = backend.kv_budget_bytes(mem_capacity=memory.capacity, weights=weights, other=memory.other, chunk=chunk,
                                      gpus=pool.tp)
     notes: list[str] = []
-    if budget < per_token * reserved and RULES["memory_floor"]:
-        notes.append(f"the {backend.name} default memory rule leaves {budget / GiB:.1f} GiB for the KV cache, less "
-                     "than one request: the deployment must set its own memory fraction; the physical remainder "
-                     f"({physical / GiB:.1f} GiB) is used")
-        budget = physical
     if budget <= 0:
         fits = 0
     elif per_token <= 0:
@@ -182,7 +177,8 @@ def pool_memory(backend: Backend, config: ModelConfig, pool: PoolShape, *, syste
             f"{backend.name}'s default memory rule leaves {max(budget, 0) / GiB:.2f} GiB per GPU of {pool_name} for "
             f"the KV cache, less than one request of {reserved} tokens ({per_token * reserved / GiB:.2f} GiB) of "
             f"{config.model_id} on {system}", values={**figures, "kv_budget_gib": round(budget / GiB, 2)},
-            fix="use more GPUs per worker (tp, moe_ep) or a smaller dtype")
+            fix="use more GPUs per worker (tp, moe_ep) or a smaller dtype; a deployment that runs so sets its own "
+                "memory fraction, which modperf does not model (the backend's default rule is priced)")
     return PoolMemory(weights, budget, per_token, reserved, min(fits, backend.max_running), notes)
 
 

@@ -152,14 +152,13 @@ def with_inputs(priced: dict[str, Any], change) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def put_back(rule: str):
-    """A rule dropped after its ablation, put back for the ablation's figures (docs/serving.md,
-    "Rules found on evaluation rows"), as it stood before: ``memory_floor``: where the
-    backend's default rule leaves less than one request of KV but the GPU holds one, the
-    physical remainder is the budget; ``fp8_kv``: TRT-LLM serves an 8- or 4-bit checkpoint
-    with an fp8 KV cache."""
+def switched(rule: str):
+    """A rule found on evaluation rows switched for its ablation's figures (docs/serving.md,
+    "Rules found on evaluation rows"): ``memory_floor`` (dropped) put back as it stood --
+    where the backend's default rule leaves less than one request of KV but the GPU holds one,
+    the physical remainder is the budget; ``fp8_kv`` (kept) taken away -- TRT-LLM's 8- or 4-bit
+    checkpoints get the model's bfloat16 KV cache instead of fp8."""
     import modperf.predict as predict_module
-    from modperf.roofline import bytes_of
     from modperf.serving import TRTLLM, memory
 
     original_pool, original_element = predict_module.pool_memory, TRTLLM.kv_element_bytes
@@ -182,7 +181,7 @@ def put_back(rule: str):
     if rule == "memory_floor":
         predict_module.pool_memory = with_floor
     else:
-        TRTLLM.kv_element_bytes = lambda self, dtype: 1.0 if int(8 * bytes_of(dtype)) <= 8 else 2.0
+        TRTLLM.kv_element_bytes = lambda self, dtype: 2.0
     try:
         yield
     finally:
@@ -191,13 +190,13 @@ def put_back(rule: str):
 
 def reprice_under(db: modperf.Database, rows: list[dict[str, Any]], strict: dict[str, Any], rule: str
                   ) -> tuple[dict[str, Any], dict[str, int]]:
-    """The rows a put-back rule may change re-priced under it (the memory floor: rows the
-    default rule refuses; fp8 KV: TRT-LLM rows of 8- or 4-bit GEMMs and the refused ones)."""
+    """The rows a switched rule may change re-priced under it (the memory floor: rows the
+    default rule refuses; fp8 KV: TRT-LLM rows of 8- or 4-bit GEMMs)."""
     from modperf.predict import deployment_from_row, price
     from modperf.silicon import question
 
     out, changed = dict(strict), {"calib": 0, "eval": 0}
-    with put_back(rule):
+    with switched(rule):
         for r in rows:
             v = strict[r["id"]]
             refused = isinstance(v, modperf.errors.DeploymentFitError)
@@ -265,8 +264,8 @@ def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
         db = modperf.open(model_configs=[tmp])
         for rule in ("memory_floor", "fp8_kv"):
             again, changed = reprice_under(db, rows, strict, rule)
-            line(f"dropped rule {rule} put back (rows changed: {changed['calib']} calib, {changed['eval']} eval)",
-                 again)
+            what = "dropped rule memory_floor put back" if rule == "memory_floor" else f"without {rule}"
+            line(f"{what} (rows changed: {changed['calib']} calib, {changed['eval']} eval)", again)
         start = time.perf_counter()
         eager = with_inputs(strict, decode_eager(db))
         line(f"decode steps eager, not graphed ({time.perf_counter() - start:.0f} s to re-price)", eager)
@@ -306,8 +305,10 @@ def main() -> int:
     priced = price(every)
     print(f"priced {len(every)} rows in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     rows = dedupe(every)
-    fitted = predictions(rows, priced)
-    physics = predictions(rows, priced, "physics")
+    strict = {k: (RuntimeError("substituted") if isinstance(v, Priced) and v.substitutions else v)
+              for k, v in priced.items()}  # substituted rows are scored by bench/silicon.py, apart
+    fitted = predictions(rows, strict)
+    physics = predictions(rows, strict, "physics")
     print(f"rows (one per measurement and half): calibration {sum(r['split'] == 'calib' for r in rows)}, "
           f"evaluation {sum(r['split'] == 'eval' for r in rows)}; calibration rows the fit may use: "
           f"{len(calibration_rows(every, priced))}")

@@ -253,6 +253,8 @@ def test_backends_own_their_rules() -> None:
     assert sglang.graph_max_batch(h200, 4) == 512 and sglang.graph_max_batch(b200, 1) == 512
     assert [b.scheduler for b in (vllm, sglang, trtllm)] == ["mixed", "prefill_first", "mixed"]
     assert trtllm.reserved_tokens(1000, 200) == 1200 and vllm.reserved_tokens(1000, 200) == 1100
-    # the KV cache is the model's bfloat16 on every backend (TRT-LLM's fp8-KV assumption was dropped)
-    assert {b.kv_element_bytes("fp8_block") for b in (vllm, sglang, trtllm)} == {2.0}
+    # TRT-LLM serves a quantised checkpoint with an fp8 KV cache; the others keep the model's bfloat16
+    assert trtllm.kv_element_bytes("fp8_block") == 1.0 and trtllm.kv_element_bytes("nvfp4") == 1.0
+    assert trtllm.kv_element_bytes("bfloat16") == 2.0
+    assert {b.kv_element_bytes("fp8_block") for b in (vllm, sglang)} == {2.0}
     assert trtllm.kv_budget_bytes(mem_capacity=100.0, weights=20.0, other=10.0, chunk=8192, gpus=1) == 0.9 * 70.0

@@ -43,7 +43,7 @@ SGLang.fitted = Fitted(
         ("agg", "hopper"): Constants(s_pre=0.9095, s_dec=1.1282, tau0_ms=154.9584, kappa=1.0, host_op_ms=0.0),
         ("agg", "blackwell"): Constants(s_pre=0.7478, s_dec=1.1894, tau0_ms=154.9584, kappa=1.0, host_op_ms=0.0),
         ("agg", "*"): Constants(s_pre=1.0, s_dec=1.0, tau0_ms=154.9584, kappa=1.0, host_op_ms=0.0),
-        ("disagg", "*"): Constants(s_pre=0.7398, s_dec=0.8474, tau0_ms=258.9077, kappa=0.2203, host_op_ms=0.0),
+        ("disagg", "*"): Constants(s_pre=0.6999, s_dec=0.8528, tau0_ms=260.0899, kappa=0.2396, host_op_ms=0.0),
     },
     what={
         ("agg", "hopper"): "step fitted on 198 agg rows of hopper; frontend, host floor: 277 agg rows",

@@ -36,7 +36,7 @@ VLLM.fitted = Fitted(
         ("agg", "hopper"): Constants(s_pre=1.0988, s_dec=1.0799, tau0_ms=22.3281, kappa=0.1593, host_op_ms=0.07303),
         ("agg", "blackwell"): Constants(s_pre=1.0188, s_dec=1.1139, tau0_ms=22.3281, kappa=0.1593, host_op_ms=0.07303),
         ("agg", "*"): Constants(s_pre=1.0, s_dec=1.0, tau0_ms=22.3281, kappa=0.1593, host_op_ms=0.07303),
-        ("disagg", "*"): Constants(s_pre=0.7398, s_dec=0.8474, tau0_ms=258.9077, kappa=0.2203, host_op_ms=0.0),
+        ("disagg", "*"): Constants(s_pre=0.6999, s_dec=0.8528, tau0_ms=260.0899, kappa=0.2396, host_op_ms=0.0),
     },
     what={
         ("agg", "hopper"): "step fitted on 294 agg rows of hopper; frontend, host floor: 503 agg rows",

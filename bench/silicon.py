@@ -31,7 +31,8 @@ processes (bench/aiconfigurator_serving.py) of an interpreter that has it instal
 never imports it. Its answers are cached in ``--tool-cache`` (keyed by row id, tool version and
 the bench's mapping revision), so a re-run asks only rows it has not answered. modperf's side
 uses the fitted constants the backends' modules carry (never refitted here, whatever
-``--fit`` wrote). Printed: each side's coverage, and on the rows both answered the median / p90
+``--fit`` wrote), strict answers only (a row modperf answers only with ``allow_substitute`` counts
+as not answered here). Printed: each side's coverage, and on the rows both answered the median / p90
 |relative error| and median signed error of TTFT and TPOT, overall and by mode, backend and
 backend x mode; then the rows only one side answers, with the other's reason.
 
@@ -363,8 +364,10 @@ def main() -> int:
     refusals(evaluation, priced)
     if args.plot:
         plot(args.plot, evaluation, preds)
-    if args.tool:
-        return versus_tool(args, sample, priced, predictions(sample, priced))
+    if args.tool:  # strict answers against the tool; the substituted ones are scored apart above
+        strict = {k: (v if k not in subs else E.NotCoveredError("answered only with allow_substitute"))
+                  for k, v in priced.items()}
+        return versus_tool(args, sample, strict, predictions(sample, strict))
     return 0
 
 

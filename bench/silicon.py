@@ -8,10 +8,10 @@ re-exports of one measurement counted once; ``modperf.serving.fit``) and writes 
 fitted block of each backend's module (``src/modperf/serving/{vllm,sglang,trtllm}.py``); the
 headline is the evaluation rows.
 
-Model ids of the file that the corpus does not bundle under that name are given to modperf the
-way a user would, as a ``--model-configs`` folder (:data:`USER_CONFIGS`: the bench copies the
-bundled config of the same architecture under the file's id; the row's quant modes say how it is
-served). modperf itself never guesses one id for another.
+Model ids of the file that the corpus does not bundle under that name (a renamed repository, a
+served variant) are asked as the file writes them: modperf resolves each to its bundled config
+(modperf.model_names: a table of known names with their sources, never a guess), and the row's
+quant modes say how it is served.
 
     python bench/silicon.py                       # score every row with the fitted constants
     python bench/silicon.py --fit                 # fit on calibration rows, write the constants, score
@@ -45,7 +45,6 @@ import argparse
 import collections
 import json
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -55,18 +54,11 @@ import numpy as np
 
 import modperf
 from modperf import errors as E
+from modperf.model_names import KNOWN_NAMES
 from modperf.predict import Priced, deployment_from_row, price, solve
 from modperf.serving import BACKENDS, Constants, backend_of, generation_of
 from modperf.serving.fit import FitResult
-from modperf.silicon import (
-    USER_CONFIGS,
-    calibration_rows,
-    fit_constants,
-    price_rows,
-    question,
-    silicon_rows,
-    write_user_configs,
-)
+from modperf.silicon import calibration_rows, fit_constants, price_rows, question, silicon_rows
 from silicon_tool import stats
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,6 +66,14 @@ SERVING = REPO / "src" / "modperf" / "serving"
 #: The block of a backend's module that ``--fit`` rewrites.
 BEGIN = "# --- fitted constants: written by `python bench/silicon.py --fit` from calibration rows only ---"
 END = "# --- end of fitted constants ---"
+
+#: Ids of the file without a bundled config under that name -> the bundled config of the same
+#: geometry, for the tool (which is given that config under the file's id); modperf resolves
+#: these names itself (modperf.model_names, the one home of the mapping).
+USER_CONFIGS = {name: target.partition("@")[0] for name, (target, _) in KNOWN_NAMES.items()
+                if name in {"meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-8B-Instruct",
+                            "nvidia/Llama-3.1-8B-Instruct-FP8", "zhipuai/GLM-5", "nvidia/DeepSeek-R1-NVFP4",
+                            "nvidia/Qwen3-32B-NVFP4"}}
 
 #: The best tool's figures on 800 stratified rows, as issue 14 states them (aiconfigurator 0.12.0);
 #: ``--tool`` measures it on the same rows instead.
@@ -313,13 +313,10 @@ def main() -> int:
         rows_priced = rows + [r for r in sample if r["id"] not in listed]
     else:
         rows_priced = rows
-    with tempfile.TemporaryDirectory() as tmp:
-        db = modperf.open()
-        write_user_configs(Path(tmp), db)
-        db = modperf.open(model_configs=[tmp])
-        start = time.perf_counter()
-        priced = price_all(db, rows_priced)
-        seconds = time.perf_counter() - start
+    db = modperf.open()
+    start = time.perf_counter()
+    priced = price_all(db, rows_priced)
+    seconds = time.perf_counter() - start
     print(f"priced {len(rows_priced)} rows in {seconds:.1f} s ({seconds / len(rows_priced) * 1000:.1f} ms per row)")
     if args.cv:
         cross_validate(rows_priced, priced)

@@ -29,9 +29,7 @@ import collections
 import contextlib
 import dataclasses
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,7 +40,7 @@ from modperf.serving import generation_of
 from silicon import calibration_rows, fit, predictions, price_all
 from silicon_tool import stats
 
-from modperf.silicon import silicon_rows, write_user_configs
+from modperf.silicon import silicon_rows
 
 BANDS = ((1, 4, "<= 4"), (5, 32, "5-32"), (33, 256, "33-256"), (257, 1 << 30, "> 256"))
 FAMILIES = (("deepseek", "DeepSeek"), ("kimi", "Kimi"), ("glm", "GLM"), ("qwen3.5", "Qwen3.5"),
@@ -120,11 +118,7 @@ def dedupe(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def price(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        db = modperf.open()
-        write_user_configs(Path(tmp), db)
-        db = modperf.open(model_configs=[tmp])
-        return price_all(db, rows)
+    return price_all(modperf.open(), rows)
 
 
 def without_fallbacks(priced: dict[str, Any], which: str) -> dict[str, Any]:
@@ -258,10 +252,8 @@ def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
         n = {h: sum(1 for r in rows if r["split"] == h and isinstance(strict[r["id"]], Priced)
                     and not isinstance(cut[r["id"]], Priced)) for h in ("calib", "eval")}
         line(f"without fallback {which} (rows lost: {n['calib']} calib, {n['eval']} eval)", cut)
-    with tempfile.TemporaryDirectory() as tmp:
-        db = modperf.open()
-        write_user_configs(Path(tmp), db)
-        db = modperf.open(model_configs=[tmp])
+    db = modperf.open()
+    if True:  # the lever's re-pricing shares one database
         for rule in ("memory_floor", "fp8_kv"):
             again, changed = reprice_under(db, rows, strict, rule)
             what = "dropped rule memory_floor put back" if rule == "memory_floor" else f"without {rule}"

@@ -31,6 +31,10 @@ MSA = dict(table="msa_context_module", system="h200_sxm", backend="trtllm", vers
            model="nvidia/MiniMax-M3-NVFP4", tp_size=1, batch_size=2, step=128, gemm_type="fp8_block")
 KIMI = dict(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0", model="moonshotai/Kimi-K3",
             tp_size=8, batch_size=4, isl=2048, kernel_source="FLASH_ATTN")
+#: A dtype is the deployment's choice (issue 21): DeepSeek-V3 asked with bf16 GEMMs (its checkpoint
+#: stores fp8_block), as a field and as the served variant.
+V3_BF16 = dict(table="mla_context_module", system="h200_sxm", backend="trtllm", version="1.3.0rc20",
+               model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=2048, gemm_type="bfloat16")
 
 
 def mixed_batch(db: modperf.Database) -> bytes:
@@ -57,6 +61,12 @@ def mixed_batch(db: modperf.Database) -> bytes:
                 lines.append(json.dumps(dict(reversed(list(fields.items())))).encode())  # another field order
     for isl in (32768, 30000, 16384, 1_000_000, 32768):  # quality findings on the points answered
         lines.append(json.dumps({**MSA, "isl": isl}).encode())
+    for isl in (2048, 3000, 1024, 2048, 100_000):  # exact, blended, exact, again, refused
+        lines.append(json.dumps({**V3_BF16, "isl": isl}).encode())
+        lines.append(json.dumps({**V3_BF16, "isl": isl, "kv_cache_dtype": "fp8"}).encode())
+        lines.append(json.dumps({**{k: v for k, v in V3_BF16.items() if k != "gemm_type"}, "isl": isl,
+                                 "model": "deepseek-ai/DeepSeek-V3@gemm=bfloat16"}).encode())
+    lines.append(json.dumps({**V3_BF16, "gemm_type": "nvfp4"}).encode())  # never measured: refused
     lines += [json.dumps(KIMI).encode(), json.dumps({**KIMI, "isl": 3000}).encode(),
               json.dumps({**KIMI, "num_tokens": 8}).encode(),  # an axis of another table
               json.dumps({**KIMI, "allow_substitute": True}).encode(), json.dumps({**KIMI, "tp_size": 7}).encode(),
@@ -110,6 +120,10 @@ def test_the_mixed_batch_covers_every_kind_of_line(db: modperf.Database) -> None
     assert {o["table"] for o in out if "kind" in o} == {s[3] for s in SLOTS} | {"msa_context_module"}
     assert sum(o.get("quality") is not None for o in out) >= 3
     assert sum(o.get("lane") is not None for o in out) >= 10
+    overridden = [o for o in out if "kind" in o and o["fields"].get("model", "").startswith("deepseek-ai/DeepSeek-V3")
+                  and o["fields"].get("gemm_type") == "bfloat16"]
+    assert len(overridden) == 12 and {o["kind"] for o in overridden} == {"exact", "interpolated"}
+    assert all("its checkpoint stores them as fp8_block" in o["derived"]["gemm_type"] for o in overridden)
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096])

@@ -76,12 +76,13 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
 
 
-def parse_line(number: int, line: bytes | str | LineTooLong) -> dict[str, Any] | None:
+def parse_line(number: int, line: bytes | str | LineTooLong, fix: str = _LINE_FIX) -> dict[str, Any] | None:
     """One batch line as a query's fields (None for a blank line); every way a line can be
-    malformed is a QueryFieldError naming the line."""
+    malformed is a QueryFieldError naming the line, whose ``fix`` shows a line of the batch's
+    kind (a query's by default, a deployment's for ``predict --batch``)."""
     if isinstance(line, LineTooLong):
         raise E.QueryFieldError(f"line {number} is {line.size:,} bytes, longer than a query line may be",
-                                values={"line": number, "limit_bytes": MAX_LINE_BYTES}, fix=_LINE_FIX)
+                                values={"line": number, "limit_bytes": MAX_LINE_BYTES}, fix=fix)
     if isinstance(line, bytes):
         try:
             text = line.decode("utf-8")
@@ -99,16 +100,16 @@ def parse_line(number: int, line: bytes | str | LineTooLong) -> dict[str, Any] |
             obj = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise E.QueryFieldError(f"line {number} is not JSON: {exc.msg} (column {exc.colno})",
-                                values={"line": number}, fix=_LINE_FIX) from None
+                                values={"line": number}, fix=fix) from None
     except RecursionError:
         raise E.QueryFieldError(f"line {number} nests arrays or objects too deep to be a query",
-                                values={"line": number}, fix=_LINE_FIX) from None
+                                values={"line": number}, fix=fix) from None
     except ValueError as exc:  # NaN/Infinity, a duplicate key, an integer of thousands of digits
         raise E.QueryFieldError(f"line {number} is not strict JSON: {E.clean(str(exc), 200)}",
-                                values={"line": number}, fix=_LINE_FIX) from None
+                                values={"line": number}, fix=fix) from None
     if not isinstance(obj, dict):
         raise E.QueryFieldError(f"line {number}: a query is a JSON object, got {type(obj).__name__}",
-                                values={"line": number}, fix=_LINE_FIX)
+                                values={"line": number}, fix=fix)
     return obj
 
 

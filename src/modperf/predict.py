@@ -22,6 +22,7 @@ from . import errors as E
 from . import limits
 from .layers import ffn_groups
 from .model_step import COMPOSED_FALLBACK, DecodePart, Parallel, SeqChunk, StepCost, step_cost
+from .resolve import served_note
 from .roofline import bytes_of, gpu_spec
 from .serving import (
     KV_BYTES,
@@ -55,6 +56,10 @@ FIELDS = frozenset(TOP_FIELDS) | {f"{side}_{f}" for side in ("prefill", "decode"
 #: Columns of the CSV a prediction ignores (measurements and provenance), accepted so that a
 #: row of the file can be passed as it is.
 IGNORED = frozenset({"silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms", "model"})
+
+#: A deployment as one JSON line (``predict --batch``), the example every fix about one shows.
+DEPLOYMENT_EXAMPLE = ('{"model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "vllm", "mode": "agg", '
+                      '"isl": 2048, "osl": 512, "batch_size": 8, "tp_size": 2}')
 
 _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 @dataclass(frozen=True)
@@ -168,8 +173,8 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
     """A deployment from silicon_sample.csv columns (module doc); empty fields are left out.
     Every malformed field is a QueryFieldError naming it."""
     if not isinstance(row, Mapping):
-        raise E.QueryFieldError("a deployment is a JSON object of silicon_sample.csv columns", fix="e.g. "
-                                '{"model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "vllm", ...}')
+        raise E.QueryFieldError("a deployment is a JSON object of silicon_sample.csv columns",
+                                fix=f"e.g. {DEPLOYMENT_EXAMPLE}")
     unknown = sorted(k for k in row if k not in FIELDS and k not in IGNORED)
     if unknown:
         raise E.QueryFieldError(f"unknown field(s) {', '.join(map(E.quote, unknown[:8]))}",
@@ -239,19 +244,33 @@ def served_dtypes(own_gemm: str | None, own_moe: str | None, gemm: str | None, m
 
 
 def served_model(db: Database, dep: Deployment, notes: list[str] | None = None) -> ModelConfig:
-    """The model config with the deployment's dtypes (:func:`served_dtypes`): its own id where
-    they are the checkpoint's, else the served variant ``ID@gemm=..,moe=..``."""
+    """The model config with the deployment's dtypes (:func:`served_dtypes`), served as every
+    command serves a dtype choice (:meth:`modperf.models.ModelRegistry.served`): its own id where
+    they are the checkpoint's, else the served variant ``ID@gemm=..,moe=..``. A model without
+    MoE layers has no experts to serve: its MoE dtype is left out or repeats the GEMM dtype (as
+    silicon_sample.csv writes dense deployments); any other is refused (it would change nothing)."""
     config = db.models.get(dep.model)
+    if config.resolution and notes is not None:  # a name the config is not filed under: which answered
+        notes.append(config.resolution)
     own = config.quantization
-    gemm, moe, said = served_dtypes(own.gemm, own.moe, dep.gemm_quant, dep.moe_quant)
-    if not ffn_has_moe(config):
-        moe = own.moe
-        said = [n for n in said if not n.startswith("moe")]
+    moe_named = dep.moe_quant
+    if moe_named is not None and not ffn_has_moe(config):
+        if moe_named != dep.gemm_quant:
+            raise E.QueryFieldError(
+                f"moe_quant_mode {moe_named}: {config.model_id} has no MoE layers, so it would change nothing",
+                values={"field": "moe_quant_mode", "value": moe_named, "model": config.model_id},
+                fix="leave moe_quant_mode (--moe-quant) out for a dense model, and name its dtype as gemm_quant_mode "
+                    "(--gemm-quant)")
+        moe_named = None  # the file's convention for a dense deployment: the GEMM dtype, repeated
+    gemm, moe, said = served_dtypes(own.gemm, own.moe, dep.gemm_quant, moe_named)
     if notes is not None:
         notes.extend(said)
-    if (gemm, moe) == (own.gemm, own.moe) or gemm is None or moe is None:
-        return config
-    return db.models.get(f"{dep.model}@gemm={gemm},moe={moe}")
+    served = db.models.served(config, gemm=gemm, moe=moe)
+    if notes is not None:
+        chosen = served_note(served)
+        if chosen is not None and served is not config:
+            notes.append(chosen)
+    return served
 
 
 def ffn_has_moe(config: ModelConfig) -> bool:
@@ -279,14 +298,16 @@ class Prediction:
     serving: dict[str, Any]
     provenance: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.deployment.id, "ttft_ms": self.ttft_ms, "ttft_reason": self.serving.get("ttft_reason"),
                 "tpot_ms": self.tpot_ms,
                 "tokens_per_s_per_user": self.tokens_per_s_per_user,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "gpus": self.gpus,
-                "deployment": self.deployment.to_dict(), "steps": self.steps, "serving": self.serving,
-                "provenance": self.provenance, "notes": self.notes}
+                "deployment": self.deployment.to_dict(), "served": self.served, "steps": self.steps,
+                "serving": self.serving, "provenance": self.provenance, "notes": self.notes}
 
 
 #: The pricing fallbacks a step may stand on, found by reading why rows were not answered
@@ -353,6 +374,7 @@ class _Steps:
         if any(note.startswith(COMPOSED_FALLBACK) for note in step.notes):
             self.fallbacks.add(FALLBACKS["composed_mla"])
         self.versions.update(step.versions)
+        self.notes.extend(n for n in step.served_from if n not in self.notes)  # where a misplaced table lies
         return step
 
     def ms(self, prefill: SeqChunk | None = None, decode: DecodePart | None = None) -> float:
@@ -405,6 +427,8 @@ class Priced:
     kinds: Counter[str]
     versions: dict[str, str]
     notes: list[str]
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
     ttft_reason: str | None = None
     #: The pricing fallbacks the steps stand on (:data:`FALLBACKS`).
     fallbacks: list[str] = field(default_factory=list)
@@ -476,7 +500,8 @@ def price(db: Database, dep: Deployment, *, allow_substitute: bool = False) -> P
                                "decode_batch": decode_batch}}
         return Priced(dep, inputs, agg_steps, mem.to_dict(), pool.batch * pool.attention_dp, pool.gpus_per_worker,
                       priced.kinds, priced.versions, notes + priced.notes + _substituted(priced.substitutions),
-                      fallbacks=sorted(priced.fallbacks), substitutions=sorted(priced.substitutions))
+                      config.dtypes_served(), fallbacks=sorted(priced.fallbacks),
+                      substitutions=sorted(priced.substitutions))
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
     pre_mem = pool_memory(backend, config, dep.prefill, system=dep.system, memory=memory, chunk=chunk,
                           tokens=dep.isl, reserved=dep.isl, element=element, what="prefill")
@@ -495,8 +520,8 @@ def price(db: Database, dep: Deployment, *, allow_substitute: bool = False) -> P
                   "pool's step")
         inputs = DisaggInputs(None, dep.isl, dep.osl, None, None, None, 1, decode_ms, None)
         return Priced(dep, inputs, steps, memory_doc, None, None, dec.kinds, dec.versions,
-                      notes + dec.notes + _substituted(dec.substitutions), ttft_reason=reason,
-                      fallbacks=sorted(dec.fallbacks), substitutions=sorted(dec.substitutions))
+                      notes + dec.notes + _substituted(dec.substitutions), config.dtypes_served(),
+                      ttft_reason=reason, fallbacks=sorted(dec.fallbacks), substitutions=sorted(dec.substitutions))
     pre = _Steps(db, dep, config.model_id, dep.prefill, version, has_moe, allow_substitute)
     batch = dep.prefill.batch or 1
     packed = packed_requests(batch, dep.isl, chunk) if dep.isl <= chunk else 1
@@ -515,7 +540,7 @@ def price(db: Database, dep: Deployment, *, allow_substitute: bool = False) -> P
     return Priced(dep, inputs, steps, memory_doc, concurrency, gpus, pre.kinds + dec.kinds,
                   {**pre.versions, **dec.versions},
                   notes + pre.notes + dec.notes + _substituted(pre.substitutions | dec.substitutions),
-                  fallbacks=sorted(pre.fallbacks | dec.fallbacks),
+                  config.dtypes_served(), fallbacks=sorted(pre.fallbacks | dec.fallbacks),
                   substitutions=sorted(pre.substitutions | dec.substitutions))
 
 
@@ -537,9 +562,8 @@ def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
     provenance = {"versions": dict(sorted(priced.versions.items())), "kinds": dict(sorted(priced.kinds.items())),
                   "version_asked": dep.version, "fallbacks": list(priced.fallbacks),
                   "substitutions": list(priced.substitutions)}
-    gpus = priced.gpus
-    return Prediction(dep, times.ttft_ms, times.tpot_ms, 1000.0 / times.tpot_ms, per_gpu, gpus,
-                      priced.steps, serving, provenance, list(priced.notes))
+    return Prediction(dep, times.ttft_ms, times.tpot_ms, 1000.0 / times.tpot_ms, per_gpu, priced.gpus,
+                      priced.steps, serving, provenance, list(priced.notes), dict(priced.served))
 
 
 def predict(db: Database, dep: Deployment, *, fitted: bool = True, allow_substitute: bool = False) -> Prediction:

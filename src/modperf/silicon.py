@@ -10,7 +10,6 @@ on both sides.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,17 +23,6 @@ if TYPE_CHECKING:
 
 EVALUATION, CALIBRATION = "eval", "calib"
 
-#: Model ids of the file without a bundled config under that name -> the bundled config of the
-#: same architecture: the ``--model-configs`` folder a user would give (the served dtypes come
-#: from the row). modperf itself never maps one id to another.
-USER_CONFIGS = {
-    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
-    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
-    "zhipuai/GLM-5": "zai-org/GLM-5",
-    "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
-    "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
-}
 
 
 def split_of(model_path: str, system: str, backend: str, mode: str) -> str:
@@ -67,16 +55,6 @@ def question(row: dict[str, Any]) -> dict[str, Any]:
             v = row[k]
             out[k] = int(v) if isinstance(v, float) and v.is_integer() else v
     return out
-
-
-def write_user_configs(folder: Path, db: Database) -> None:
-    """Write :data:`USER_CONFIGS` into ``folder`` as a ``--model-configs`` folder (ids the
-    database already bundles are left out)."""
-    for wanted, bundled in USER_CONFIGS.items():
-        if wanted in db.models.ids():
-            continue
-        source = db.models.get(bundled)
-        (folder / (wanted.replace("/", "--") + "_config.json")).write_text(json.dumps(source.raw))
 
 
 def price_rows(db: Database, rows: list[dict[str, Any]], *, substitute: bool = True,
@@ -147,5 +125,5 @@ def fit_constants(rows: list[dict[str, Any]], priced: dict[str, Any], generation
     return out
 
 
-__all__ = ["CALIBRATION", "EVALUATION", "USER_CONFIGS", "calibration_rows", "fit_constants", "fit_row", "price_rows",
-           "question", "silicon_rows", "split_of", "write_user_configs"]
+__all__ = ["CALIBRATION", "EVALUATION", "calibration_rows", "fit_constants", "fit_row", "price_rows", "question",
+           "silicon_rows", "split_of"]

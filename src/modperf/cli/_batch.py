@@ -47,7 +47,7 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
     from ..batch import LineShapes, read_lines, run_chunks
     from ..query_lines import LineAnswerer
 
-    failed = 0
+    failed = answered = 0
     try:
         # a chunk of lines at a time, answered plan by plan (modperf.query_lines: the same
         # lines as batch.run_lines writes one query at a time)
@@ -61,6 +61,7 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
                 continue
             oks, lines = zip(*chunk)
             failed += len(oks) - sum(oks)
+            answered += len(oks)
             write = sys.stdout.write
             # written WRITE_LINES lines at a time: a chunk's text joined whole (4 MB and
             # more) is a fresh allocation the C library maps and hands back per chunk,
@@ -74,7 +75,16 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+    if not answered:
+        nothing_read(batch)
     return failed
+
+
+def nothing_read(batch: str) -> None:
+    """An input without a line to answer (an empty file, blank lines only): said on stderr,
+    where a script's stdout stays the (empty) answers; the exit code stays 0."""
+    where = "stdin" if batch == "-" else batch
+    sys.stderr.write(f"0 lines read from {E.clean(where)}: nothing to answer\n")
 
 
 def batch_path(args: list[str]) -> tuple[str, bool] | None:

@@ -51,15 +51,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from silicon_tool import stats
 
 import modperf
 from modperf import errors as E
 from modperf.model_names import KNOWN_NAMES
-from modperf.predict import Priced, deployment_from_row, price, solve
+from modperf.predict import Priced, solve
 from modperf.serving import BACKENDS, Constants, backend_of, generation_of
 from modperf.serving.fit import FitResult
 from modperf.silicon import calibration_rows, fit_constants, price_rows, question, silicon_rows
-from silicon_tool import stats
 
 REPO = Path(__file__).resolve().parent.parent
 SERVING = REPO / "src" / "modperf" / "serving"
@@ -176,7 +176,8 @@ def write_constants(results: dict[str, FitResult]) -> None:
         for (mode, gen), what in result.what.items():
             pieces = textwrap.wrap(what, 76, drop_whitespace=False)
             lines.append(f'        ("{mode}", "{gen}"): "{pieces[0]}"' + ("," if len(pieces) == 1 else ""))
-            lines += [f'            "{piece}"' + ("," if i == len(pieces) - 2 else "") for i, piece in enumerate(pieces[1:])]
+            last = len(pieces) - 2
+            lines += [f'            "{piece}"' + ("," if i == last else "") for i, piece in enumerate(pieces[1:])]
         lines += ["    },", f'    date="{stamp}",', ")", END]
         module.write_text(head + "\n".join(lines) + tail)
 
@@ -231,7 +232,7 @@ def score_table(title: str, rows, preds, by) -> None:
         g = groups[key]
         got = [r for r in g if r["id"] in preds]
         with_ttft = [r for r in got if preds[r["id"]][0] is not None]
-        line = f"{str(key):<44} {len(g):>5} {len(got) / len(g):>8.0%} {len(with_ttft) / len(g):>5.0%}"
+        line = f"{key!s:<44} {len(g):>5} {len(got) / len(g):>8.0%} {len(with_ttft) / len(g):>5.0%}"
         if got:
             t = stats([(preds[r["id"]][0], r["silicon_ttft_ms"]) for r in got])
             p = stats([(preds[r["id"]][1], r["silicon_tpot_ms"]) for r in got])

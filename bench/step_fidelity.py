@@ -32,14 +32,12 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
+from silicon import calibration_rows, fit, predictions, price_all
+from silicon_tool import stats
 
 import modperf
 from modperf.predict import FALLBACKS, Priced
 from modperf.serving import generation_of
-from silicon import calibration_rows, fit, predictions, price_all
-from silicon_tool import stats
-
 from modperf.silicon import silicon_rows
 
 BANDS = ((1, 4, "<= 4"), (5, 32, "5-32"), (33, 256, "33-256"), (257, 1 << 30, "> 256"))
@@ -138,7 +136,7 @@ def with_inputs(priced: dict[str, Any], change) -> dict[str, Any]:
             continue
         try:
             new = change(v)
-        except Exception as exc:  # noqa: BLE001 - a refusal under the lever
+        except Exception as exc:
             out[k] = exc
             continue
         out[k] = dataclasses.replace(v, inputs=new) if new is not v.inputs else v
@@ -253,14 +251,13 @@ def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
                     and not isinstance(cut[r["id"]], Priced)) for h in ("calib", "eval")}
         line(f"without fallback {which} (rows lost: {n['calib']} calib, {n['eval']} eval)", cut)
     db = modperf.open()
-    if True:  # the lever's re-pricing shares one database
-        for rule in ("memory_floor", "fp8_kv"):
-            again, changed = reprice_under(db, rows, strict, rule)
-            what = "dropped rule memory_floor put back" if rule == "memory_floor" else f"without {rule}"
-            line(f"{what} (rows changed: {changed['calib']} calib, {changed['eval']} eval)", again)
-        start = time.perf_counter()
-        eager = with_inputs(strict, decode_eager(db))
-        line(f"decode steps eager, not graphed ({time.perf_counter() - start:.0f} s to re-price)", eager)
+    for rule in ("memory_floor", "fp8_kv"):
+        again, changed = reprice_under(db, rows, strict, rule)
+        what = "dropped rule memory_floor put back" if rule == "memory_floor" else f"without {rule}"
+        line(f"{what} (rows changed: {changed['calib']} calib, {changed['eval']} eval)", again)
+    start = time.perf_counter()
+    eager = with_inputs(strict, decode_eager(db))
+    line(f"decode steps eager, not graphed ({time.perf_counter() - start:.0f} s to re-price)", eager)
 
 
 def floors(systems: tuple[str, ...] = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")) -> None:
@@ -284,7 +281,7 @@ def floors(systems: tuple[str, ...] = ("h100_sxm", "h200_sxm", "b200_sxm", "b300
                     continue
                 cells.append(f"m {m}: {fl * 1e3:6.1f} / {gpu * 1e3:4.1f} -> {max(fl - gpu, 0) * 1e3:6.1f}")
             name = "/".join(str(k) for k in key if k != "gemm")
-            print(f"  {ref.system:<9} {ref.backend:<7} {str(ref.version):<11} {name[:44]:<44} {'   '.join(cells)}")
+            print(f"  {ref.system:<9} {ref.backend:<7} {ref.version!s:<11} {name[:44]:<44} {'   '.join(cells)}")
 
 
 def main() -> int:

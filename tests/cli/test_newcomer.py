@@ -43,8 +43,8 @@ RENDERED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "estimate attention": (("estimate", "--model", "moonshotai/Kimi-K3", "--system", "gb300", "--backend", "vllm",
                             "--tp", "1,2,4,8", "--isl", "2048", "--osl", "512", "--batch", "8", "--scope",
                             "attention"), ("│ local heads ", "│ MLA x24 prefill ", "│ MLA kernel (decode) ")),
-    "predict": (V3_PREDICT, ("│ TTFT ms ", "206.7", "│ TPOT ms ", "23.81", "│ prefill_one ")),
-    "predict tps": (V3_PREDICT_TPS, ("│ TTFT ms ", "206.7", "│ GPUs ", "not predicted tp=4")),
+    "predict": (V3_PREDICT, ("│ TTFT ms ", "200.9", "│ TPOT ms ", "18.38", "│ prefill_one ")),
+    "predict tps": (V3_PREDICT_TPS, ("│ TTFT ms ", "200.9", "│ GPUs ", "not predicted tp=4")),
     "ls": (("ls", "--system", "gb300"), ("61 tables, system gb300", "│ mla_context_module ", "--all lists them")),
     "check": (("check", "--table", "mla_context_module"), ("│ mla_module ", "tables, 107,467 rows checked")),
     "check warning": (("check", str(NCCL_MISPLACED)), ("WARN misplaced_table:", "│ collective ")),
@@ -293,12 +293,13 @@ def test_predict_takes_a_tp_list_one_answer_per_tp() -> None:
     found = json.loads(result.stdout)
     assert result.returncode == 1  # tp 4 does not fit: a partial answer, as estimate's
     assert found["tps"] == [4, 8]
-    assert found["predictions"][0]["error"]["kind"] == "not_covered"
-    assert "at tp 4 does not fit one request of 2048 + 512 tokens" in found["predictions"][0]["error"]["message"]
-    assert found["predictions"][1]["ttft_ms"] == single["ttft_ms"] and round(single["ttft_ms"], 1) == 206.7
+    assert found["predictions"][0]["error"]["kind"] == "does_not_fit"  # an impossible deployment, with its figures
+    assert ("deepseek-ai/DeepSeek-V3 does not fit one GPU on h200_sxm: its weights take 156.7 GiB per GPU at tp 4"
+            in found["predictions"][0]["error"]["message"])
+    assert found["predictions"][1]["ttft_ms"] == single["ttft_ms"] and round(single["ttft_ms"], 1) == 200.9
     table = user(*V3_PREDICT_TPS).stdout
     ttft = next(line for line in table.splitlines() if line.startswith("│ TTFT ms"))
-    assert [c.strip() for c in ttft.split("│")[2:4]] == ["—", "206.7"]
+    assert [c.strip() for c in ttft.split("│")[2:4]] == ["—", "200.9"]
 
 
 def test_no_cache_is_accepted_after_the_command() -> None:

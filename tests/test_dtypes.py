@@ -302,7 +302,7 @@ def test_estimate_refuses_a_dtype_it_would_not_price(argv: list[str], kind: str,
     (["--gemm-quant", "bfloat16"], "gemm", "bfloat16"),
     (["--system", "b200_sxm", "--moe-quant", "nvfp4"], "moe", "nvfp4")])
 def test_predict_reports_the_dtype_given(db: modperf.Database, argv: list[str], part: str, value: str) -> None:
-    from modperf.predict import deployment_from_row, predict
+    from modperf.serving.predict import deployment_from_row, predict
 
     code, doc = cli([*PREDICT, *argv])
     assert code == 0, doc

@@ -72,6 +72,7 @@ MOVED = {
     "check": "audit.check", "coverage": "audit.coverage", "dedupe": "audit.dedupe", "migrate": "audit.migrate",
     "writer": "audit.writer", "plot": "audit.plot",
     "estimate": "model.estimate", "model_step": "model.step",
+    "predict": "serving.predict", "silicon": "serving.silicon",
 }
 
 __all__ = [

@@ -3,7 +3,7 @@ import json
 from typer.testing import CliRunner
 
 from modperf.cli import app
-from modperf.predict import deployment_from_row, predict
+from modperf.serving.predict import deployment_from_row, predict
 
 runner = CliRunner()
 QWEN = ["predict", "--model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--backend", "vllm", "--isl", "1024",

@@ -4,9 +4,8 @@ A run imports only the module of the command it runs (``modperf query`` never im
 audits, plotting or migration); ``modperf --help``, an unknown command, and ``modperf.cli.app``
 (the full application, for tests and embedding) import every command module.
 
-May import: typer, rich, click; modperf.base, modperf.fast, modperf.specs, modperf.data,
-modperf.query, modperf.audit, modperf.model, modperf.predict, modperf.serving, modperf.serving_constants,
-modperf.silicon.
+May import: typer, rich, click; modperf.base, modperf.fast, modperf.specs, modperf.data, modperf.query,
+modperf.audit, modperf.model, modperf.serving.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+
+from modperf.base.jsonio import dumps, dumps_small
+from modperf.fast.batch import LineTooLong, error_line, parse_line
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -389,3 +392,21 @@ def point_fields(keyed: Any, bucket: int, point: int) -> dict[str, Any]:
     elif keyed.spec.head_axis:
         fields["num_heads"] = local
     return fields
+
+
+def run_lines(lines: Iterable[bytes | str | LineTooLong], answer: Callable[[dict[str, Any]], Any],
+              defaults: Mapping[str, Any] | None = None) -> Iterator[tuple[bool, str]]:
+    """The reference the chunked batch is held to (one line at a time, read by parse_line):
+    for each non-blank line: ``(True, json of answer(fields).to_dict())`` or ``(False, json
+    of {"error": ...})``. ``defaults`` are fields every line starts from (a line's own fields
+    win). Lines may be bytes (decoded as UTF-8 here) or str."""
+    base = dict(defaults or {})
+    for number, line in enumerate(lines, 1):
+        try:
+            obj = parse_line(number, line)
+            if obj is None:
+                continue
+            result = answer({**base, **obj})
+            yield True, dumps_small(result.to_dict())
+        except Exception as exc:  # a bad line never stops the batch
+            yield False, dumps(error_line(exc))

@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.helpers import run_main, strict_json
+from tests.helpers import run_lines, run_main, strict_json
 
 import modperf
 from modperf import errors as E
 from modperf.data import loader
-from modperf.fast.batch import LineTooLong, parse_line, read_lines, run_lines
+from modperf.fast.batch import LineTooLong, parse_line, read_lines
 
 MLA = "07_latent_collision/wheel/gb300/mla/vllm/0.27.0/mla_context_module_perf.parquet"
 LINE = {"table": "mla_context_module", "system": "gb300", "backend": "vllm", "version": "0.27.0",

@@ -22,7 +22,7 @@ import modperf
 from modperf.data import cache_info
 from modperf.data import keyed_cache as cache
 from modperf.fast import cache_keys, persist
-from modperf.query.engine import interp
+from modperf.query import interp
 
 SLOT = ("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module")
 MLA = {"table": "mla_context_module", "system": "h200_sxm", "backend": "trtllm", "version": "1.3.0rc20",

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modperf.query.engine import interp
+from modperf.query import interp
 from modperf.query.interp import (
     CURVATURES,
     EXACT,

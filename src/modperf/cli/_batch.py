@@ -17,6 +17,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (a batch answered from persisted plans imports neither: on use)
+    from collections.abc import Iterator
     from typing import IO, Any
 
 #: Answer lines written at once (about 70 KB: below the size the C library maps afresh).
@@ -55,17 +56,27 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
 
         return LineAnswerer(db.queries, persist=persist)
 
-    failed = answered = 0
-    try:
+    def chunks() -> Iterator[list[tuple[bool, str]]]:
         # a chunk of lines at a time, answered plan by plan: a short batch from the persisted
         # plans where they hold (modperf.fast.plan_lines: no numpy), else by the engine
-        # (modperf.query.lines); the same lines as batch.run_lines writes one query at a time
+        # (modperf.query.lines)
         answerer, source = batch_answerer(db.plans, engine_lines, read_lines(stream))
         # lines of a shape seen before (the same bytes but for their axis integers) are read
         # by one pattern match each instead of the JSON reader (batch.LineShapes)
         shapes = LineShapes(answerer.free, fields)
-        for chunk in run_chunks(source, answerer.answer, fields, shapes=shapes,
-                                answer_shaped=answerer.answer_shaped):
+        yield from run_chunks(source, answerer.answer, fields, shapes=shapes, answer_shaped=answerer.answer_shaped)
+
+    return write_answers(batch, stream, chunks())
+
+
+def write_answers(batch: str, stream: IO[bytes], chunks: Iterator[list[tuple[bool, str]]]) -> int:
+    """Writes the answer lines of ``chunks`` (``fast.batch.run_chunks`` over ``stream``, the
+    input ``batch`` names) to stdout as they come; the number that failed. Closes the stream
+    (but stdin); an input failing mid-way is a QueryFieldError, raised after every answer
+    before it; an input without a line says so on stderr (:func:`nothing_read`)."""
+    failed = answered = 0
+    try:
+        for chunk in chunks:
             if not chunk:
                 continue
             oks, lines = zip(*chunk)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -11,13 +10,13 @@ from rich.table import Table
 
 from ..base import errors as E
 from ..base.jsonio import dumps
-from ..fast.batch import error_line, parse_line, read_lines
+from ..fast.batch import error_line, read_lines, run_chunks
 from ..model.tables import check_version
 from ..query.db import Database
 from ..serving.predict import DEPLOYMENT_EXAMPLE, Prediction, deployment_from_row, predict
 from ..specs.shard import parse_tps
 from ._app import app
-from ._batch import nothing_read, open_batch
+from ._batch import open_batch, write_answers
 from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, WideOpt, console, emit_json, handles_errors, print_table
 
 #: What a batch line is, in a malformed line's fix.
@@ -212,29 +211,18 @@ def predict_command(
 
 
 def _run_batch(db: Database, path: str, *, fitted: bool, allow_substitute: bool) -> int:
-    stream = open_batch(path)
-    failed = read = 0
-    try:
-        for number, line in enumerate(read_lines(stream), 1):
-            row_id: Any = None
+    def predict_lines(rows: list[dict[str, Any]]) -> list[tuple[bool, str]]:
+        out: list[tuple[bool, str]] = []
+        for row in rows:
             try:
-                row = parse_line(number, line, _LINE_FIX)
-                if row is None:
-                    continue
-                read += 1
-                row_id = row.get("id")
-                out = predict(db, deployment_from_row(row), fitted=fitted, allow_substitute=allow_substitute).to_dict()
+                prediction = predict(db, deployment_from_row(row), fitted=fitted, allow_substitute=allow_substitute)
+                out.append((True, dumps(prediction.to_dict())))
             except Exception as exc:  # a bad line never stops the batch
-                failed += 1
-                out = {"id": row_id if isinstance(row_id, str) else None, **error_line(exc)}
-            sys.stdout.write(dumps(out) + "\n")
-            sys.stdout.flush()
-    except OSError as exc:
-        raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=path,
-                                fix="pass a readable file of JSON lines, or - for stdin") from exc
-    finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
-    if not read:
-        nothing_read(path)
-    return 1 if failed else 0
+                row_id = row.get("id")
+                out.append((False, dumps({"id": row_id if isinstance(row_id, str) else None, **error_line(exc)})))
+        return out
+
+    stream = open_batch(path)
+    # one line at a time (a prediction takes milliseconds: each is written as it is priced)
+    lines = run_chunks(read_lines(stream), predict_lines, chunk=1, fix=_LINE_FIX, error_fields={"id": None})
+    return 1 if write_answers(path, stream, lines) else 0

@@ -15,7 +15,7 @@ import json.scanner
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-from ..base.jsonio import dumps, dumps_small
+from ..base.jsonio import dumps
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing, errors and limits cost a batch answered from persisted plans ~10 ms: on use)
@@ -127,23 +127,6 @@ def parse_line(number: int, line: bytes | str | LineTooLong, fix: str = _LINE_FI
         raise E.QueryFieldError(f"line {number}: a query is a JSON object, got {type(obj).__name__}",
                                 values={"line": number}, fix=fix)
     return obj
-
-
-def run_lines(lines: Iterable[bytes | str | LineTooLong], answer: Callable[[dict[str, Any]], Any],
-              defaults: Mapping[str, Any] | None = None) -> Iterator[tuple[bool, str]]:
-    """For each non-blank line: ``(True, json of answer(fields).to_dict())`` or ``(False, json
-    of {"error": ...})``. ``defaults`` are fields every line starts from (a line's own fields
-    win). Lines may be bytes (decoded as UTF-8 here) or str."""
-    base = dict(defaults or {})
-    for number, line in enumerate(lines, 1):
-        try:
-            obj = parse_line(number, line)
-            if obj is None:
-                continue
-            result = answer({**base, **obj})
-            yield True, dumps_small(result.to_dict())
-        except Exception as exc:  # a bad line never stops the batch
-            yield False, dumps(error_line(exc))
 
 
 #: A scanner of one JSON value whose objects come out as lists of pairs (a C callable: no
@@ -292,18 +275,25 @@ if TYPE_CHECKING:  # (annotations only)
 def run_chunks(lines: Iterable[bytes | str | LineTooLong],
                answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]],
                defaults: Mapping[str, Any] | None = None, chunk: int = CHUNK_LINES,
-               shapes: LineShapes | None = None, answer_shaped: ShapedAnswer | None = None
+               shapes: LineShapes | None = None, answer_shaped: ShapedAnswer | None = None,
+               fix: str = _LINE_FIX, error_fields: Mapping[str, Any] | None = None
                ) -> Iterator[list[tuple[bool, str]]]:
-    """:func:`run_lines` a chunk of lines at a time: per chunk, the ``(ok, line)`` of its
+    """:func:`parse_line` and answer a chunk of lines at a time: per chunk, the ``(ok, line)`` of its
     non-blank lines in order, malformed lines as their error lines and the rest answered by
     ``answer_many`` (the queries' fields, defaults merged in; one ``(ok, line)`` each, as
-    :func:`run_lines` writes it). The end of the input ends the last chunk.
+    ``dumps_small`` of its ``to_dict()``, or an error line). The end of the input ends the last chunk.
 
     With ``shapes`` (made with the same defaults) and ``answer_shaped``, the lines of a known
     shape (:class:`LineShapes`) are not read as JSON: each shape's lines go to
     ``answer_shaped`` as columns of their integers, and only the others (and a shape's lines
-    that it gives back) to ``answer_many``."""
+    that it gives back) to ``answer_many``.
+
+    A malformed line's error line starts with ``error_fields`` (e.g. ``{"id": None}``), and
+    its ``fix`` shows ``fix`` (a line of the batch's kind: :func:`parse_line`). This is the one
+    JSON-lines loop: ``query --batch`` runs it a chunk at a time, ``predict --batch`` a line at
+    a time (``chunk=1``: each answer is written as soon as it is priced)."""
     base = dict(defaults or {})
+    malformed = _Malformed(fix, dict(error_fields or {}))
     source = iter(lines)
     first = 1  # the number of the chunk's first line
     while True:
@@ -321,9 +311,9 @@ def run_chunks(lines: Iterable[bytes | str | LineTooLong],
             gc.disable()
             try:
                 if shapes is not None and answer_shaped is not None:
-                    answered = _run_chunk_shaped(got, first, answer_many, base, shapes, answer_shaped)
+                    answered = _run_chunk_shaped(got, first, answer_many, base, shapes, answer_shaped, malformed)
                 else:
-                    answered = _run_chunk(got, range(first, first + len(got)), answer_many, base)
+                    answered = _run_chunk(got, range(first, first + len(got)), answer_many, base, malformed)
             finally:
                 if paused:
                     gc.enable()
@@ -335,9 +325,22 @@ def run_chunks(lines: Iterable[bytes | str | LineTooLong],
             return
 
 
+class _Malformed:
+    """How a batch says a line is malformed: its fix, and the fields its error line starts with."""
+
+    __slots__ = ("fields", "fix")
+
+    def __init__(self, fix: str, fields: dict[str, Any]) -> None:
+        self.fix = fix
+        self.fields = fields
+
+    def line(self, exc: BaseException) -> tuple[bool, str]:
+        return False, dumps({**self.fields, **error_line(exc)})
+
+
 def _run_chunk(got: list[bytes | str | LineTooLong], numbers: Sequence[int],
                answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]],
-               base: dict[str, Any]) -> list[tuple[bool, str]]:
+               base: dict[str, Any], malformed: _Malformed) -> list[tuple[bool, str]]:
     """The ``(ok, line)`` of a chunk's non-blank lines (``numbers``: each line's number)."""
     objs, misses = _flat_objects(got)
     if not misses:  # every line one flat object: answered as they are
@@ -347,16 +350,17 @@ def _run_chunk(got: list[bytes | str | LineTooLong], numbers: Sequence[int],
         if len(answered) != len(queries):
             raise ValueError(f"{len(answered)} answers to {len(queries)} queries")
         return answered
-    return [o for o in _run_chunk_by_line(got, objs, misses, numbers, answer_many, base) if o is not None]
+    return [o for o in _run_chunk_by_line(got, objs, misses, numbers, answer_many, base, malformed) if o is not None]
 
 
 def _run_chunk_shaped(got: list[bytes | str | LineTooLong], first: int,
                       answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]], base: dict[str, Any],
-                      shapes: LineShapes, answer_shaped: ShapedAnswer) -> list[tuple[bool, str]]:
+                      shapes: LineShapes, answer_shaped: ShapedAnswer, malformed: _Malformed
+                      ) -> list[tuple[bool, str]]:
     """A chunk whose lines of a known shape go to ``answer_shaped``, the rest as :func:`_run_chunk`."""
     found, rest = shapes.split(got)
     if not found:
-        return _run_chunk(got, range(first, first + len(got)), answer_many, base)
+        return _run_chunk(got, range(first, first + len(got)), answer_many, base, malformed)
     out: list[tuple[bool, str] | None] = [None] * len(got)
     for shape, at, columns in found:
         answered = answer_shaped(shape.fields, shape.holes, columns, len(at))
@@ -372,14 +376,14 @@ def _run_chunk_shaped(got: list[bytes | str | LineTooLong], first: int,
         lines = [got[k] for k in rest]
         objs, misses = _flat_objects(lines)
         for k, maybe in zip(rest, _run_chunk_by_line(lines, objs, misses, [first + k for k in rest], answer_many,
-                                                      base)):
+                                                      base, malformed)):
             out[k] = maybe
     return [o for o in out if o is not None]  # (a blank line has no answer)
 
 
 def _run_chunk_by_line(got: list[bytes | str | LineTooLong], objs: list[dict[str, Any] | None], misses: list[int],
                        numbers: Sequence[int], answer_many: Callable[[list[dict[str, Any]]], list[tuple[bool, str]]],
-                       base: dict[str, Any]) -> list[tuple[bool, str] | None]:
+                       base: dict[str, Any], malformed: _Malformed) -> list[tuple[bool, str] | None]:
     """Lines some of which were not read with the rest: each of those on its own. Per line,
     its ``(ok, line)``, None for a blank line."""
     for k in misses:
@@ -390,9 +394,9 @@ def _run_chunk_by_line(got: list[bytes | str | LineTooLong], objs: list[dict[str
     for k, obj in enumerate(objs):
         if obj is None:
             try:
-                obj = parse_line(numbers[k], got[k])
+                obj = parse_line(numbers[k], got[k], malformed.fix)
             except Exception as exc:  # a bad line never stops the batch
-                out[k] = (False, dumps(error_line(exc)))
+                out[k] = malformed.line(exc)
                 continue
             if obj is None:
                 continue
@@ -614,4 +618,4 @@ class LineShapes:
 
 
 __all__ = ["CHUNK_LINES", "LineShapes", "LineTooLong", "Shape", "error_line", "parse_line", "read_lines", "run_chunks",
-           "run_lines", "shape_of"]
+           "shape_of"]

@@ -332,6 +332,53 @@ def _slot(fields: Mapping[str, Any]) -> tuple[str, str, str, str | None]:
     return table, system, backend, None if version in (None, "") else str(version)
 
 
+@dataclass(eq=False)
+class _Resolving:
+    """A question on its way to a :class:`QueryPlan`: what each step of
+    :meth:`QueryEngine.resolve` has settled so far."""
+
+    fields: Mapping[str, Any]
+    vector_fields: set[str]
+    table: str = ""
+    system: str = ""
+    backend: str = ""
+    version: str | None = None
+    allow_substitute: bool = False
+    notes: list[str] = field(default_factory=list)
+    # the head identity
+    model: Any = None
+    config: ModelConfig | None = None
+    native_q: int | None = None
+    version_note: str | None = None
+    # the table
+    keyed: Any = None  # KeyedTable
+    index: Any = None  # TableIndex
+    # the shard and what the model fixes
+    tp_v: int | None = None
+    heads_v: int | None = None
+    layer_native: int | None = None
+    local: int | None = None
+    merged: dict[str, Any] = field(default_factory=dict)
+    derived: dict[str, str] = field(default_factory=dict)
+    # the key columns and axes
+    resolved: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, str] = field(default_factory=dict)
+    lane_options: list[str] | None = None
+    fixed: dict[str, int] = field(default_factory=dict)
+    axis_fields: list[str] = field(default_factory=list)
+    # the bucket
+    requested_native: int | None = None
+    used_native: int | None = None
+    group: tuple[Any, ...] = ()
+    models: tuple[str, ...] = ()
+    substitution: str | None = None
+    substituted_from: int | None = None
+
+    def __post_init__(self) -> None:
+        self.table, self.system, self.backend, self.version = _slot(self.fields)
+        self.allow_substitute = limits.parse_bool("allow_substitute", self.fields.get("allow_substitute", False))
+
+
 class QueryEngine:
     """Resolves queries against a table store and a model registry; caches table indexes and
     resolved plans."""
@@ -744,64 +791,83 @@ class QueryEngine:
     # -- resolution ----------------------------------------------------------------------
 
     def resolve(self, fields: Mapping[str, Any], vector_fields: set[str] | None = None) -> QueryPlan:
+        """The plan of a question: each step below settles a part of it, in this order, and
+        refuses what it cannot settle (its error is the question's answer)."""
         _check_names(fields)
-        vector_fields = vector_fields or set()
-        table, system, backend, version = _slot(fields)
-        allow_substitute = limits.parse_bool("allow_substitute", fields.get("allow_substitute", False))
-        notes: list[str] = []
+        r = _Resolving(fields, vector_fields or set())
+        self._head_identity(r)
+        self._open_table(r)
+        self._shard(r)
+        self._model_fields(r)
+        self._local_heads(r)
+        self._key_columns(r)
+        if r.lane_options is not None:
+            return self._lane_plan(r)
+        self._axes(r)
+        self._native_bucket(r)
+        return self._plan_of(r)
 
-        # -- head identity (before the table: the version default needs the native) ----------
+    def _head_identity(self, r: _Resolving) -> None:
+        """The model's config and native head count, or the native given (before the table:
+        the version default needs the native)."""
+        fields = r.fields
         model = fields.get("model")
         config = self.models.get(str(model)) if model is not None else None
-        native_q: int | None = None
         if config is not None:
             if config.resolution:  # a name the config is not filed under: which config answered
-                notes.append(config.resolution)
-            native_q = config.native_heads
+                r.notes.append(config.resolution)
+            r.native_q = config.native_heads
             given_native = fields.get("native_heads")
-            if given_native is not None and _as_int("native_heads", given_native, None, minimum=1) != native_q:
+            if given_native is not None and _as_int("native_heads", given_native, None, minimum=1) != r.native_q:
                 raise E.QueryFieldError(
-                    f"native_heads={given_native} contradicts model {model} (num_attention_heads={native_q})",
+                    f"native_heads={given_native} contradicts model {model} (num_attention_heads={r.native_q})",
                     values={"model": model, "native_heads": given_native}, fix="give one of model and native_heads")
         elif fields.get("native_heads") is not None:
-            native_q = _as_int("native_heads", fields["native_heads"], None, minimum=1)
-        version_note = None
-        if version is None:
-            version, version_note = self._default_version(system, backend, table, native_q)
-        keyed = self.store.table(system, backend, version, table)
-        index = self.index(keyed)
-        spec, family = keyed.spec, keyed.family
-        tier = family.tier
+            r.native_q = _as_int("native_heads", fields["native_heads"], None, minimum=1)
+        r.model, r.config = model, config
+
+    def _open_table(self, r: _Resolving) -> None:
+        """The version (the newest holding the native where none is given), the table, its
+        index; a field the table does not key is refused."""
+        if r.version is None:
+            r.version, r.version_note = self._default_version(r.system, r.backend, r.table, r.native_q)
+        keyed = r.keyed = self.store.table(r.system, r.backend, r.version, r.table)
+        r.index = self.index(keyed)
         allowed = set(SLOT_FIELDS) | set(HEAD_FIELDS) | set(OPTION_FIELDS) | set(key_columns(keyed))
-        unknown = sorted(k for k in fields if k not in allowed)
+        unknown = sorted(k for k in r.fields if k not in allowed)
         if unknown:
             raise E.QueryFieldError(
                 f"unknown field(s) {', '.join(map(E.quote, unknown[:8]))}{' ...' if len(unknown) > 8 else ''} "
-                f"for table {table}", values={"unknown": unknown}, fix=_field_help(keyed))
+                f"for table {r.table}", values={"unknown": unknown}, fix=_field_help(keyed))
 
-        # -- shard -------------------------------------------------------------------------------
-        tp = fields.get("tp_size")
-        heads = fields.get("num_heads")
-        tp_v = _as_int("tp_size", tp, keyed, minimum=1) if tp is not None else None
-        heads_v = _as_int("num_heads", heads, keyed, minimum=1) if heads is not None and HEADS not in vector_fields \
-            else None
+    def _shard(self, r: _Resolving) -> None:
+        """``tp_size`` and ``num_heads`` as integers (num_heads only where it is not an axis
+        asked as an array)."""
+        tp, heads = r.fields.get("tp_size"), r.fields.get("num_heads")
+        r.tp_v = _as_int("tp_size", tp, r.keyed, minimum=1) if tp is not None else None
+        r.heads_v = _as_int("num_heads", heads, r.keyed, minimum=1) \
+            if heads is not None and HEADS not in r.vector_fields else None
 
-        # -- what the model fixes (modperf.query.resolve) ----------------------------------------------
-        given = {k: v for k, v in fields.items() if k not in SLOT_FIELDS}
-        derived: dict[str, str] = {}
-        merged = dict(fields)
-        layer_native = native_q
+    def _model_fields(self, r: _Resolving) -> None:
+        """What the model fixes (modperf.query.resolve), served in the dtypes the question
+        gives; a physical key given otherwise is a contradiction."""
+        fields, config, model, tp_v = r.fields, r.config, r.model, r.tp_v
+        keyed, index = r.keyed, r.index
+        spec = keyed.spec
+        r.merged = dict(fields)
+        r.layer_native = r.native_q
         if config is not None:
             layer = fields.get("layer")
             from .resolve import derive, serve  # on use: only a question naming a model derives its fields
 
+            given = {k: v for k, v in fields.items() if k not in SLOT_FIELDS}
             keys = set(index.group_names) | set(spec.axes)
             # the dtypes the question gives are the deployment's choice: the model served in them
-            config = serve(self.models, config, {k: v for k, v in fields.items() if k in keys})
-            d = derive(config, family, table, spec.phase, keys, tp=tp_v, layer=None if layer is None else str(layer),
-                       given=given)
-            layer_native = d.native
-            notes += d.notes
+            config = r.config = serve(self.models, config, {k: v for k, v in fields.items() if k in keys})
+            d = derive(config, keyed.family, r.table, spec.phase, keys, tp=tp_v,
+                       layer=None if layer is None else str(layer), given=given)
+            r.layer_native = d.native
+            r.notes += d.notes
             for name, value in d.fields.items():
                 if name in fields and name not in d.choices and str(fields[name]) != str(value):
                     raise E.ContradictionError(
@@ -811,163 +877,182 @@ class QueryEngine:
                                 "tp_size": tp_v},
                         fix=f"leave {name} out (the model fixes it), or ask with native_heads / num_heads instead "
                             "of the model to query another shape")
-                merged[name] = value
-                derived[name] = d.reasons[name]
-        elif native_q is not None and keyed.model_geometry and tier is not Tier.LOCAL:
-            notes.append("native_heads names no model: the bucket's module geometry could not be checked against "
-                         "yours (give model to check it)")
-        local: int | None = heads_v
+                r.merged[name] = value
+                r.derived[name] = d.reasons[name]
+        elif r.native_q is not None and keyed.model_geometry and keyed.family.tier is not Tier.LOCAL:
+            r.notes.append("native_heads names no model: the bucket's module geometry could not be checked against "
+                           "yours (give model to check it)")
+
+    def _local_heads(self, r: _Resolving) -> None:
+        """The rank-local head count (native / tp, or num_heads as given), and what the
+        table's keying tier requires of the head fields."""
+        keyed, tier, tp_v, heads_v, native_q = r.keyed, r.keyed.family.tier, r.tp_v, r.heads_v, r.native_q
+        r.local = heads_v
         if tp_v is not None:
-            if layer_native is None:
+            if r.layer_native is None:
                 raise E.QueryFieldError(
                     "tp_size needs the native head count: give model or native_heads (or num_heads, the local count)",
                     values={"tp_size": tp_v}, fix=_field_help(keyed))
-            local_from_tp = local_heads(layer_native, tp_v)
+            local_from_tp = local_heads(r.layer_native, tp_v)
             if heads_v is not None and heads_v != local_from_tp:
                 raise E.ShardError(
-                    f"num_heads={heads_v} contradicts native {layer_native} / tp_size {tp_v} = {local_from_tp}",
-                    values={"num_heads": heads_v, "native_heads": layer_native, "tp_size": tp_v},
+                    f"num_heads={heads_v} contradicts native {r.layer_native} / tp_size {tp_v} = {local_from_tp}",
+                    values={"num_heads": heads_v, "native_heads": r.layer_native, "tp_size": tp_v},
                     fix="give either tp_size or num_heads")
-            local = local_from_tp
+            r.local = local_from_tp
         if tier is Tier.NATIVE and native_q is not None and tp_v is None and heads_v is not None:
             if native_q % heads_v:
                 raise E.ShardError(
                     f"num_heads={heads_v} is not native {native_q} / an integer tp_size",
                     values={"num_heads": heads_v, "native_heads": native_q}, fix="give tp_size")
-            tp_v = native_q // heads_v
+            r.tp_v = native_q // heads_v
         if tier is not Tier.LOCAL and native_q is None:
             raise E.QueryFieldError(
-                f"{table} keys [native][local] ({family.title}): give model or native_heads",
-                values={"table": table}, fix=_field_help(keyed))
-        if local is None and HEADS not in vector_fields and spec.head_axis:
+                f"{r.table} keys [native][local] ({keyed.family.title}): give model or native_heads",
+                values={"table": r.table}, fix=_field_help(keyed))
+        if r.local is None and HEADS not in r.vector_fields and keyed.spec.head_axis:
             raise E.QueryFieldError(
                 "missing the shard: give tp_size (local = native / tp) or num_heads (rank-local)",
-                values={"table": table}, fix=_field_help(keyed))
-        if tier is Tier.NATIVE and tp_v is None:
+                values={"table": r.table}, fix=_field_help(keyed))
+        if tier is Tier.NATIVE and r.tp_v is None:
             raise E.QueryFieldError(
-                f"{table} is native-keyed by contract and keys tp_size: give tp_size",
-                values={"table": table}, fix=_field_help(keyed))
+                f"{r.table} is native-keyed by contract and keys tp_size: give tp_size",
+                values={"table": r.table}, fix=_field_help(keyed))
 
-        # -- the other key columns ---------------------------------------------------------
+    def _key_columns(self, r: _Resolving) -> None:
+        """The table's other key columns: as given (or derived); a left-out one filled where
+        everything known leaves the table one value, a dtype from the documented default
+        (bfloat16 where measured), the kernel of a table whose backend picks it by shape from
+        its lane rule (``r.lane_options``, per point). Otherwise the question is refused with
+        the values it could take."""
+        keyed, index, tier, native_q = r.keyed, r.index, r.keyed.family.tier, r.native_q
+        spec, table = keyed.spec, r.table
         keys_native = tier is not Tier.LOCAL
-        resolved: dict[str, Any] = {}
+        resolved = r.resolved
         categorical = set(spec.categorical)
         missing: list[str] = []
         for name in index.group_names:
             if name == NATIVE or (name == HEADS and tier is Tier.NATIVE):
                 continue
             if name == TP:
-                resolved[name] = tp_v
+                resolved[name] = r.tp_v
             elif name == "local_num_heads":
-                resolved[name] = local
-            elif name in merged:
-                resolved[name] = str(merged[name]) if name in categorical else _as_int(name, merged[name], keyed)
+                resolved[name] = r.local
+            elif name in r.merged:
+                resolved[name] = str(r.merged[name]) if name in categorical else _as_int(name, r.merged[name], keyed)
             else:
                 missing.append(name)
-        defaults: dict[str, str] = {}
-        lane_options: list[str] | None = None
-        if missing:
-            # A left-out key column is filled where everything known (the fields, the model's
-            # native bucket) leaves the table one value; a dtype column from the documented
-            # default (bfloat16 where measured); the kernel of a table whose backend picks it by
-            # shape, per point (a lane rule). Otherwise the query names the values it could take.
-            positions = {n: i for i, n in enumerate(index.group_names)}
-            known = dict(resolved)
-            if keys_native and native_q is not None:
-                known[NATIVE if tier is Tier.NATIVE_LOCAL else HEADS] = native_q
+        if not missing:
+            return
+        positions = {n: i for i, n in enumerate(index.group_names)}
+        known = dict(resolved)
+        if keys_native and native_q is not None:
+            known[NATIVE if tier is Tier.NATIVE_LOCAL else HEADS] = native_q
+        matching = [g for g in index.groups
+                    if all(g[positions[n]] == v for n, v in known.items() if n in positions)]
+        if not matching and keys_native and native_q is not None:
+            # the native is not measured with these keys: narrow without it, so that the
+            # native resolution names the natives present (or substitutes)
+            known.pop(NATIVE if tier is Tier.NATIVE_LOCAL else HEADS)
             matching = [g for g in index.groups
                         if all(g[positions[n]] == v for n, v in known.items() if n in positions)]
-            if not matching and keys_native and native_q is not None:
-                # the native is not measured with these keys: narrow without it, so that the
-                # native resolution below names the natives present (or substitutes)
-                known.pop(NATIVE if tier is Tier.NATIVE_LOCAL else HEADS)
-                matching = [g for g in index.groups
-                            if all(g[positions[n]] == v for n, v in known.items() if n in positions)]
-            if not matching:
-                given_key = {n: v for n, v in known.items() if n in positions}
-                near = sorted(index.groups, key=lambda g: (sum(g[positions[n]] != v for n, v in given_key.items()),
-                                                           tuple(map(str, g))))[:3]
-                own_native = {NATIVE if tier is Tier.NATIVE_LOCAL else HEADS: native_q} if keys_native else {}
-                dtypes = self._dtype_fix(index, {**given_key, **own_native}, config)
-                raise E.NotCoveredError(
-                    f"{table} ({keyed.ref.label}) holds no bucket with {given_key}",
-                    values={"nearest_covered_keys": [dict(zip(index.group_names, g)) for g in near]},
-                    fix=(f"{dtypes}; or " if dtypes else "") + "use the values of a covered key (nearest listed)")
-            # the lane column last: a backend picks its kernel for the dtypes already settled
-            lane_column = spec.lane.column if spec.lane is not None else None
-            for name in sorted(missing, key=lambda n: n == lane_column):
-                options = sorted({g[positions[name]] for g in matching}, key=_sort_key)
-                if len(options) == 1:
-                    resolved[name] = options[0]
-                    matching = [g for g in matching if g[positions[name]] == options[0]]
-                elif name in DTYPE_COLUMNS and DEFAULT_DTYPE in options:
-                    resolved[name] = DEFAULT_DTYPE
-                    defaults[name] = f"{DEFAULT_DTYPE} (the default where the table measured it; give {name} to choose)"
-                    matching = [g for g in matching if g[positions[name]] == DEFAULT_DTYPE]
-                elif spec.lane is not None and name == spec.lane.column and lane_options is None:
-                    lane_options = [str(o) for o in options]
-                else:
-                    present = options or index.values.get(name, [])
-                    raise E.QueryFieldError(
-                        f"missing field {name!r} (the table holds {len(present)} values for the fields given: "
-                        f"{', '.join(map(str, present[:8]))}{' ...' if len(present) > 8 else ''})",
-                        values={"field": name, "table": table, "values": [str(v) for v in present[:8]]},
-                        fix=_field_help(keyed))
-        if lane_options is not None:
-            assert spec.lane is not None
-            geometry = self._lane_geometry(keyed, index, config, native_q)
-            partition = spec.lane.partition(lane_options, geometry)
-            if partition is None:
+        if not matching:
+            given_key = {n: v for n, v in known.items() if n in positions}
+            near = sorted(index.groups, key=lambda g: (sum(g[positions[n]] != v for n, v in given_key.items()),
+                                                       tuple(map(str, g))))[:3]
+            own_native = {NATIVE if tier is Tier.NATIVE_LOCAL else HEADS: native_q} if keys_native else {}
+            dtypes = self._dtype_fix(index, {**given_key, **own_native}, r.config)
+            raise E.NotCoveredError(
+                f"{table} ({keyed.ref.label}) holds no bucket with {given_key}",
+                values={"nearest_covered_keys": [dict(zip(index.group_names, g)) for g in near]},
+                fix=(f"{dtypes}; or " if dtypes else "") + "use the values of a covered key (nearest listed)")
+        # the lane column last: a backend picks its kernel for the dtypes already settled
+        lane_column = spec.lane.column if spec.lane is not None else None
+        for name in sorted(missing, key=lambda n: n == lane_column):
+            options = sorted({g[positions[name]] for g in matching}, key=_sort_key)
+            if len(options) == 1:
+                resolved[name] = options[0]
+                matching = [g for g in matching if g[positions[name]] == options[0]]
+            elif name in DTYPE_COLUMNS and DEFAULT_DTYPE in options:
+                resolved[name] = DEFAULT_DTYPE
+                r.defaults[name] = f"{DEFAULT_DTYPE} (the default where the table measured it; give {name} to choose)"
+                matching = [g for g in matching if g[positions[name]] == DEFAULT_DTYPE]
+            elif spec.lane is not None and name == spec.lane.column and r.lane_options is None:
+                r.lane_options = [str(o) for o in options]
+            else:
+                present = options or index.values.get(name, [])
                 raise E.QueryFieldError(
-                    f"missing field {spec.lane.column!r}: the table holds {len(lane_options)} kernels for the fields "
-                    f"given ({', '.join(lane_options)}) and the lane rule ({spec.lane.description}) does not apply",
-                    values={"field": spec.lane.column, "table": table, "values": lane_options},
-                    fix=f"give {spec.lane.column}")
-            subs = {lane: self.resolve({**fields, spec.lane.column: lane}, vector_fields) for lane, _, _ in partition}
-            first = next(iter(subs.values()))
-            return QueryPlan(first.grid, first.template, first.axis_fields, first.fixed, first.local,
+                    f"missing field {name!r} (the table holds {len(present)} values for the fields given: "
+                    f"{', '.join(map(str, present[:8]))}{' ...' if len(present) > 8 else ''})",
+                    values={"field": name, "table": table, "values": [str(v) for v in present[:8]]},
+                    fix=_field_help(keyed))
+
+    def _lane_plan(self, r: _Resolving) -> QueryPlan:
+        """A table whose backend picks the kernel by shape: one plan per kernel lane, the
+        lane rule choosing per point."""
+        spec, keyed, fields = r.keyed.spec, r.keyed, r.fields
+        assert spec.lane is not None and r.lane_options is not None
+        geometry = self._lane_geometry(keyed, r.index, r.config, r.native_q)
+        partition = spec.lane.partition(r.lane_options, geometry)
+        if partition is None:
+            raise E.QueryFieldError(
+                f"missing field {spec.lane.column!r}: the table holds {len(r.lane_options)} kernels for the fields "
+                f"given ({', '.join(r.lane_options)}) and the lane rule ({spec.lane.description}) does not apply",
+                values={"field": spec.lane.column, "table": r.table, "values": r.lane_options},
+                fix=f"give {spec.lane.column}")
+        subs = {lane: self.resolve({**fields, spec.lane.column: lane}, r.vector_fields) for lane, _, _ in partition}
+        first = next(iter(subs.values()))
+        return QueryPlan(first.grid, first.template, first.axis_fields, first.fixed, first.local,
                          first.findings_key, lanes=partition, lane_plans=subs, lane_rule=spec.lane.description)
 
-        fixed: dict[str, int] = {}
-        axis_fields = []
+    def _axes(self, r: _Resolving) -> None:
+        """The table's axes: given, asked as arrays, or fixed where the table holds one value
+        (a context query without ``step`` asks for no cached prefix)."""
+        keyed, fields, index = r.keyed, r.fields, r.index
+        spec = keyed.spec
         if heads_is_axis(keyed):
-            axis_fields.append(HEADS)
+            r.axis_fields.append(HEADS)
         for a in spec.axes:
-            axis_fields.append(a)
-            if a in fields or a in vector_fields:
+            r.axis_fields.append(a)
+            if a in fields or a in r.vector_fields:
                 continue
             present = index.axis_values[a]
             if len(present) == 1:
-                fixed[a] = int(present[0])
+                r.fixed[a] = int(present[0])
             elif a == "step" and spec.phase == "context":
-                fixed[a] = 0  # a context query without step asks for no cached prefix
-                defaults[a] = "0 (no cached prefix; give step for a prefix)"
+                r.fixed[a] = 0  # a context query without step asks for no cached prefix
+                r.defaults[a] = "0 (no cached prefix; give step for a prefix)"
             else:
                 raise E.QueryFieldError(
-                    f"missing field {a!r}", values={"field": a, "table": table}, fix=_field_help(keyed))
-        resolved.update({k: v for k, v in fixed.items()})
+                    f"missing field {a!r}", values={"field": a, "table": r.table}, fix=_field_help(keyed))
+        r.resolved.update({k: v for k, v in r.fixed.items()})
 
-        # -- the group, native resolution ------------------------------------------------------
+    def _native_bucket(self, r: _Resolving) -> None:
+        """The group of the table the question lands in: the exact native's, or (with
+        ``allow_substitute``) the nearest native's; a bucket measured with a model of another
+        module geometry is not this model's."""
+        keyed, index, native_q, model, config = r.keyed, r.index, r.native_q, r.model, r.config
+        tier, table = keyed.family.tier, r.table
+        keys_native = tier is not Tier.LOCAL
+
         def group_for(native: int | None) -> tuple[Any, ...]:
             out = []
             for name in index.group_names:
                 if name == NATIVE or (name == HEADS and tier is Tier.NATIVE):
                     out.append(native)
                 else:
-                    out.append(resolved[name])
+                    out.append(r.resolved[name])
             return tuple(out)
 
-        requested_native = native_q if keys_native else None
-        used_native = requested_native
-        substitution = None
-        substituted_from = None
+        r.requested_native = native_q if keys_native else None
+        used_native = r.requested_native
         group = group_for(used_native)
         if group not in index.groups:
             if keys_native:
                 natives = self._natives_with(index, group, tier)
                 if not natives:
                     raise self._not_covered_key(index, group, keyed, config)
-                if not allow_substitute:
+                if not r.allow_substitute:
                     dtypes = self._dtype_fix(index, dict(zip(index.group_names, group)), config)
                     raise E.NotCoveredError(
                         f"{table} ({keyed.ref.label}) has no native-{native_q} bucket for this key; it holds "
@@ -978,53 +1063,63 @@ class QueryEngine:
                             f"({nearest_native(natives, native_q)}), or collect this native")
                 used_native = nearest_native(natives, native_q)
                 group = group_for(used_native)
-                substituted_from = used_native
-                substitution = (f"native {native_q} is not measured in this table; answered from the nearest "
-                                f"native bucket, {used_native} (allow_substitute)")
+                r.substituted_from = used_native
+                r.substitution = (f"native {native_q} is not measured in this table; answered from the nearest "
+                                  f"native bucket, {used_native} (allow_substitute)")
             else:
                 raise self._not_covered_key(index, group, keyed, config)
         buckets = index.groups[group]
-        models = tuple(sorted({m for b in buckets for m in keyed.bucket_models[b]}))
-        if keys_native and config is not None and substitution is None and models:
-            mismatch = geometry_mismatch(keyed, config, models)
+        r.models = tuple(sorted({m for b in buckets for m in keyed.bucket_models[b]}))
+        if keys_native and config is not None and r.substitution is None and r.models:
+            mismatch = geometry_mismatch(keyed, config, r.models)
             if mismatch:
-                if not allow_substitute:
+                if not r.allow_substitute:
                     raise E.NotCoveredError(
-                        f"native-{used_native} bucket of {table} was measured with {', '.join(models)}, whose "
-                        f"{family.title} geometry differs from {model}'s in {', '.join(sorted(mismatch))}",
-                        values={"model": model, "bucket_models": list(models), "differing_fields": mismatch},
+                        f"native-{used_native} bucket of {table} was measured with {', '.join(r.models)}, whose "
+                        f"{keyed.family.title} geometry differs from {model}'s in {', '.join(sorted(mismatch))}",
+                        values={"model": model, "bucket_models": list(r.models), "differing_fields": mismatch},
                         fix="pass allow_substitute=True (--allow-substitute) to answer from that module anyway, or "
                             f"collect {model}")
-                substituted_from = used_native
-                substitution = (f"{model} shares native {used_native} with {', '.join(models)} but its geometry "
-                                f"differs in {', '.join(sorted(mismatch))}; answered from their bucket "
-                                "(allow_substitute)")
-        grid = index.grid(group, system)
+                r.substituted_from = used_native
+                r.substitution = (f"{model} shares native {used_native} with {', '.join(r.models)} but its geometry "
+                                  f"differs in {', '.join(sorted(mismatch))}; answered from their bucket "
+                                  "(allow_substitute)")
+        r.used_native, r.group = used_native, group
+
+    def _plan_of(self, r: _Resolving) -> QueryPlan:
+        """The plan: the group's grid, and the answer every lookup in it starts from (the
+        fields as resolved, what was derived, defaulted or substituted, the notes)."""
+        keyed, fields = r.keyed, r.fields
+        keys_native = keyed.family.tier is not Tier.LOCAL
+        grid = r.index.grid(r.group, r.system)
         ref = keyed.ref
-        resolved_fields: dict[str, Any] = {"table": table, "system": system, "backend": backend, "version": version}
-        if model is not None:
-            resolved_fields["model"] = str(model)
-        if native_q is not None:
-            resolved_fields["native_heads"] = native_q
-        if tp_v is not None:
-            resolved_fields["tp_size"] = tp_v
-        if spec.head_axis:
-            resolved_fields["num_heads"] = local
+        assert r.version is not None
+        resolved_fields: dict[str, Any] = {"table": r.table, "system": r.system, "backend": r.backend,
+                                           "version": r.version}
+        if r.model is not None:
+            resolved_fields["model"] = str(r.model)
+        if r.native_q is not None:
+            resolved_fields["native_heads"] = r.native_q
+        if r.tp_v is not None:
+            resolved_fields["tp_size"] = r.tp_v
+        if keyed.spec.head_axis:
+            resolved_fields["num_heads"] = r.local
         if fields.get("layer") is not None:
             resolved_fields["layer"] = str(fields["layer"])
-        resolved_fields.update({k: v for k, v in resolved.items() if k not in resolved_fields})
-        if version_note is not None:
-            notes.insert(0, version_note)
+        resolved_fields.update({k: v for k, v in r.resolved.items() if k not in resolved_fields})
+        notes = r.notes
+        if r.version_note is not None:
+            notes.insert(0, r.version_note)
         if ref.misplaced is not None:  # a library table served from a framework folder: where it lies
             notes.append(ref.misplaced.note)
         template = Answer(
-            math.nan, "", table, system, backend, version, used_native if keys_native else None,
-            local if local is not None else -1, (), (str(ref.path),), models, resolved_fields,
-            requested_native=requested_native, substitution=substitution,
+            math.nan, "", r.table, r.system, r.backend, r.version, r.used_native if keys_native else None,
+            r.local if r.local is not None else -1, (), (str(ref.path),), r.models, resolved_fields,
+            requested_native=r.requested_native, substitution=r.substitution,
             reused_from=ref.reuse.from_version if ref.reuse else None,
-            reuse_reason=ref.reuse.reason if ref.reuse else None, substituted_from=substituted_from,
-            derived=derived, defaults=defaults, notes=notes, version_chosen=version_note is not None)
-        return QueryPlan(grid, template, tuple(axis_fields), fixed, local, group)
+            reuse_reason=ref.reuse.reason if ref.reuse else None, substituted_from=r.substituted_from,
+            derived=r.derived, defaults=r.defaults, notes=notes, version_chosen=r.version_note is not None)
+        return QueryPlan(grid, template, tuple(r.axis_fields), r.fixed, r.local, r.group)
 
     def _default_version(self, system: str, backend: str, table: str, native: int | None) -> tuple[str, str]:
         """The newest version of the backend on the system whose table covers the native (any

@@ -279,7 +279,13 @@ def _is_gdn(layer: AttentionLayer, cfg: ModelConfig) -> bool:
 
 
 @dataclass
-class _Plan:
+class StepPlan:
+    """What pricing a model's step on a deployment needs, settled once per (model, system,
+    backend, parallelism, versions, dtypes): the config, its attention and FFN layer kinds with
+    their counts and tables, the version each table is read at, the system's NCCL release, the
+    dtypes served; the resolved query fields of the ops priced so far (not the query engine's
+    :class:`modperf.query.engine.QueryPlan`, which is one table's)."""
+
     db: Database
     config: ModelConfig
     system: str
@@ -313,12 +319,12 @@ class _Plan:
         return self.kinds[key]
 
 
-_PLANS: weakref.WeakKeyDictionary[Database, dict[tuple[Any, ...], _Plan]] = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary[Database, dict[tuple[Any, ...], StepPlan]] = weakref.WeakKeyDictionary()
 _PLAN_LOCK = threading.Lock()
 
 
 def _plan(db: Database, model: str, system: str, backend: str, parallel: Parallel, version: str | None,
-          dtypes: Mapping[str, str]) -> _Plan:
+          dtypes: Mapping[str, str]) -> StepPlan:
     # the weights' dtypes are the deployment's choice: the model served in them (modperf.query.resolve.serve)
     asked = db.models.get(model)
     cfg = serve(db.models, asked, dtypes)
@@ -397,7 +403,7 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
     served = served_note(cfg)
     if served is not None:
         notes.append(served)
-    return _Plan(db, cfg, system, backend, parallel, gpu, attention, ffn, len(schedule.layers), composed, versions,
+    return StepPlan(db, cfg, system, backend, parallel, gpu, attention, ffn, len(schedule.layers), composed, versions,
                  missing, nccl, {k: v for k, v in dtypes.items() if k not in SERVED_COLUMNS}, notes, hidden, vocab)
 
 
@@ -429,7 +435,7 @@ def _compose_instead(db: Database, system: str, backend: str, layer: AttentionLa
 
 
 def plan_for(db: Database, *, model: str, system: str, backend: str, parallel: Parallel, version: str | None = None,
-             dtypes: Mapping[str, str] | None = None) -> _Plan:
+             dtypes: Mapping[str, str] | None = None) -> StepPlan:
     """The cached plan of one (model, system, backend, parallel, version, dtypes)."""
     chosen = {k: str(v) for k, v in (dtypes or {}).items() if v is not None}
     unknown = sorted(set(chosen) - set(STEP_DTYPE_COLUMNS))
@@ -533,10 +539,10 @@ def _pick(name: str, values: list[Any], prefer: Mapping[str, Callable[[Any], boo
     return None
 
 
-class _Pricer:
-    """Prices the ops of one step from a plan."""
+class StepPricer:
+    """Prices the ops of one step of a :class:`StepPlan` (one method per op kind)."""
 
-    def __init__(self, plan: _Plan, graphed: bool = False, allow_substitute: bool = False) -> None:
+    def __init__(self, plan: StepPlan, graphed: bool = False, allow_substitute: bool = False) -> None:
         self.plan = plan
         self.db = plan.db
         self.ops: list[OpCost] = []
@@ -1037,7 +1043,7 @@ def step_cost(db: Database, *, model: str, system: str, backend: str, parallel: 
     _validate_parts(prefill, decode)
     plan = plan_for(db, model=model, system=system, backend=backend, parallel=parallel, version=version,
                     dtypes=dtypes)
-    pricer = _Pricer(plan, graphed, allow_substitute)
+    pricer = StepPricer(plan, graphed, allow_substitute)
     pricer.step(prefill, decode)
     versions: dict[str, str] = {}
     for op in pricer.ops:
@@ -1127,4 +1133,4 @@ def model_estimate(db: Database, *, model: str, system: str, backend: str, tps: 
 
 
 __all__ = ["COMPONENTS", "OP_KINDS", "DecodePart", "ModelEstimate", "ModelTpEstimate", "OpCost", "Parallel", "SeqChunk",
-           "StepCost", "model_estimate", "plan_for", "step_cost"]
+           "StepCost", "StepPlan", "StepPricer", "model_estimate", "plan_for", "step_cost"]

@@ -18,7 +18,9 @@ model's attention tables (``estimate``), a whole engine step (``estimate --scope
 2. **No version named**: the newest version holding every table and answering the question
    (``answers``: e.g. its module tables measured the model's native head count). Where none
    answers, the newest version holding every table, with a note; where no version holds every
-   table, each table its newest version, with a note.
+   table, each table its newest version, with a note. A question only an answering version
+   can answer (one table's query, whose other versions hold no bucket of its native) is
+   refused instead, naming the versions held.
 3. Tables without a version of their own in the question (a whole step's GEMM, MoE and
    communication tables beside its attention tables) are read nearest the version the
    attention tables settled on (:func:`nearest`), with a note where it differs.
@@ -76,12 +78,16 @@ def refuse_unknown(where: str, version: str, held: Iterable[str]) -> E.OptionVal
 
 def choose_versions(where: str, by_version: Mapping[str, set[str]], tables: Sequence[str], requested: str | None,
                     answers: Callable[[str, str], bool] | None, notes: list[str], *,
-                    answering: str = "answers the question") -> dict[str, str]:
+                    answering: str = "answers the question",
+                    refuse: Callable[[list[str]], E.ModperfError] | None = None) -> dict[str, str]:
     """The version of each of ``tables`` a question reads (the policy, steps 1 and 2), from
     ``by_version`` (version -> the tables a system and backend hold at it). ``answers(table,
     version)`` says whether a version's table answers the question (None: any does), and
     ``answering`` what a version answering every table means, for the note when none does;
-    ``where`` names the system and backend in messages; ``notes`` receives what the choice says."""
+    ``where`` names the system and backend in messages; ``notes`` receives what the choice says.
+    ``refuse`` (the holding versions, newest first, -> an error) is for a question no other
+    version can answer (one table's query, whose version holds no bucket of its native): with
+    no version named and none answering, its error is raised instead of reading the newest."""
     def answer(table: str, version: str) -> bool:
         return answers is None or answers(table, version)
 
@@ -107,6 +113,8 @@ def choose_versions(where: str, by_version: Mapping[str, set[str]], tables: Sequ
     for v in complete:
         if all(answer(t, v) for t in tables):
             return {t: v for t in tables}
+    if complete and refuse is not None:
+        raise refuse(complete)
     if complete:
         notes.append(f"no {where} version {answering}; using the newest complete version, {complete[0]}")
         return {t: complete[0] for t in tables}

@@ -35,7 +35,7 @@ from ..data import keyed_cache
 from ..data.buckets import NATIVE, KeyedTable
 from ..data.families import registry
 from ..data.families.base import DTYPE_KEYS, HEADS, TP, PointTest, Tier
-from ..data.versions import version_key
+from ..data.versions import choose_versions
 from ..fast.answer import NOT_LOOKED_UP, Answer, Plan, extrapolation_of, fast_answer, quality_notes
 from ..specs import roofline
 from ..specs.roofline import AxisWork, gpu_spec
@@ -1122,24 +1122,30 @@ class QueryEngine:
         return QueryPlan(grid, template, tuple(r.axis_fields), r.fixed, r.local, r.group)
 
     def _default_version(self, system: str, backend: str, table: str, native: int | None) -> tuple[str, str]:
-        """The newest version of the backend on the system whose table covers the native (any
-        version's table where no native is asked or the table keys none)."""
-        refs = [r for r in self.store.catalog.slots if r.system == system and r.backend == backend and r.table == table]
-        if not refs:
+        """The version a question naming none reads (the version policy,
+        :func:`modperf.data.versions.choose_versions`): the newest whose table covers the
+        native (any where no native is asked or the table keys none), and the note saying so."""
+        by_version = {str(r.version): {table} for r in self.store.catalog.slots
+                      if r.system == system and r.backend == backend and r.table == table}
+        if not by_version:
             raise self.store.unknown_slot(system, backend, "(any version)", table)
-        newest = sorted(refs, key=lambda r: version_key(r.version), reverse=True)
-        for ref in newest:
-            keyed = self.store.load(ref)
-            if native is None or keyed.family.tier is Tier.LOCAL or native in keyed.natives:
-                why = (f"version {ref.version}: the newest {system}/{backend} {table}"
-                       + (f" holding native {native}" if native is not None and keyed.family.tier is not Tier.LOCAL
-                          else "") + " (give version to choose)")
-                return str(ref.version), why
-        holding = ", ".join(str(r.version) for r in newest)
-        raise E.NotCoveredError(
-            f"no {system}/{backend} version of {table} holds native {native}",
-            values={"native_heads": native, "versions": [str(r.version) for r in newest]},
-            fix=f"versions present: {holding}; query one with allow_substitute, or another backend")
+
+        def answers(_: str, version: str) -> bool:
+            keyed = self.store.table(system, backend, version, table)
+            return native is None or keyed.family.tier is Tier.LOCAL or native in keyed.natives
+
+        def refuse(newest: list[str]) -> E.ModperfError:
+            return E.NotCoveredError(
+                f"no {system}/{backend} version of {table} holds native {native}",
+                values={"native_heads": native, "versions": newest},
+                fix=f"versions present: {', '.join(newest)}; query one with allow_substitute, or another backend")
+
+        version = choose_versions(f"{system}/{backend}", by_version, [table], None, answers, [], refuse=refuse)[table]
+        keyed = self.store.table(system, backend, version, table)
+        why = (f"version {version}: the newest {system}/{backend} {table}"
+               + (f" holding native {native}" if native is not None and keyed.family.tier is not Tier.LOCAL else "")
+               + " (give version to choose)")
+        return version, why
 
     def _lane_geometry(self, keyed: KeyedTable, index: TableIndex, config: ModelConfig | None,
                        native: int | None) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The one table reader: a parquet or legacy CSV perf table as an Arrow table.
+"""The one table reader: a parquet or legacy CSV perf table as an Arrow table (or, for a
+large table, its columns row group by row group into narrow arrays: :func:`read_narrow_columns`).
 
 Every module that reads a table file goes through :func:`read_table`, so that read failures
 become one typed error and the two ways a table is wanted are explicit:
@@ -17,13 +18,16 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..base import errors as E
+from .codes import narrowest_int, narrowest_signed, to_numpy
 
 PARQUET_SUFFIXES = (".parquet",)
 CSV_SUFFIXES = (".txt", ".csv")
@@ -191,5 +195,134 @@ def read_row_count(path: Path) -> int:
         raise _unreadable(path, exc) from None
 
 
-__all__ = ["is_csv", "is_string_type", "read_footer", "read_layout", "read_row_count", "read_row_groups",
-           "read_schema", "read_table", "stored_type"]
+#: (the float column's key among the stored names)
+LATENCY_KEY = "\0latency"
+
+
+@dataclass
+class NarrowColumns:
+    """Columns read row group by row group (:func:`read_narrow_columns`)."""
+
+    rows: int
+    strings: dict[str, tuple[np.ndarray, list[str]]]  # name -> (codes, values)
+    integers: dict[str, np.ndarray]
+    floats: dict[str, np.ndarray]  # by stored name
+
+
+class _Growing:
+    """One column in the narrowest type seen so far, filled part by part: allocated at the
+    first part (a part that is the whole column is only cast, without a copy where its type is
+    already the column's) and widened (one copy) when a part holds a value the type cannot, to
+    the narrowest type holding every value put so far."""
+
+    def __init__(self, n: int, dtype: np.dtype, narrowest: Callable[[int, int], np.dtype] = narrowest_signed
+                 ) -> None:
+        self.n = n
+        self.array: np.ndarray | None = None
+        self.narrowest = narrowest
+        self.seen: tuple[int, int] | None = None  # the smallest and largest value put
+        self._set_type(dtype)
+
+    def _set_type(self, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            self.low, self.high = int(info.min), int(info.max)
+
+    def put(self, at: int, values: np.ndarray, low: int = 0, high: int = 0) -> None:
+        if self.dtype.kind in "iu":
+            if self.seen is not None:
+                low, high = min(low, self.seen[0]), max(high, self.seen[1])
+            self.seen = (low, high)
+            if low < self.low or high > self.high:
+                self._set_type(self.narrowest(low, high))
+                if self.array is not None:
+                    self.array = self.array.astype(self.dtype)  # (the rows not yet put: overwritten later)
+        if self.array is None:
+            if values.size == self.n:
+                self.array = values.astype(self.dtype, copy=False)
+                return
+            self.array = np.empty(self.n, dtype=self.dtype)
+        self.array[at: at + values.size] = values
+
+    def whole(self) -> np.ndarray:
+        assert self.array is not None
+        return self.array
+
+
+def read_narrow_columns(path: Path, meta: pq.FileMetaData, strings: Mapping[str, str], ints: Mapping[str, str],
+                        latency: str) -> NarrowColumns | None:
+    """The columns named (each given as name -> stored name; ``latency`` a stored float
+    column), read one row group at a time into preallocated arrays: integers in the narrowest
+    integer type that holds them (the footer's statistics choose it, a row group outside them
+    widens it), strings as codes in the narrowest type over one dictionary (each row group's
+    dictionary values in order of first appearance, the order arrow's dictionary unification
+    gives, so the codes and values are the whole read's), the float column as float64. Every
+    column read is decoded (a damaged one fails as in a whole read). None where a column holds
+    nulls or is not dictionary-encoded, or the file fails to read: the caller then reads it
+    whole, which says what is wrong."""
+    stored = {**strings, **ints, LATENCY_KEY: latency}
+    n = int(meta.num_rows)
+    # the footer's min/max of each integer column choose its type (checked on every row group)
+    leaf = {meta.row_group(0).column(j).path_in_schema: j for j in range(meta.num_columns)} \
+        if meta.num_row_groups else {}
+    integers: dict[str, _Growing] = {}
+    for c in ints:
+        low, high = 0, 0
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(leaf[stored[c]]).statistics if stored[c] in leaf else None
+            if stats is None or not stats.has_min_max:
+                low, high = 0, 0
+                break
+            low, high = min(low, int(stats.min)), max(high, int(stats.max))
+        integers[c] = _Growing(n, narrowest_int(low, high), narrowest_int)
+    codes = {c: _Growing(n, np.dtype(np.int8)) for c in strings}
+    values: dict[str, dict[str, int]] = {c: {} for c in strings}
+    latency_column = _Growing(n, np.dtype(np.float64))
+    at = 0
+    try:
+        for group in read_row_groups(path, meta):
+            size = group.num_rows
+            for c in strings:
+                pos = at
+                for chunk in group.column(stored[c]).chunks:
+                    if chunk.null_count or not pa.types.is_dictionary(chunk.type):
+                        return None
+                    words = [str(v) for v in chunk.dictionary.to_pylist()]
+                    seen = values[c]
+                    if len(set(words)) != len(words):
+                        return None
+                    remap = [seen.setdefault(w, len(seen)) for w in words]
+                    index = to_numpy(chunk.indices)
+                    if remap != list(range(len(remap))):
+                        index = np.asarray(remap, dtype=np.int64)[index]
+                    codes[c].put(pos, index, 0, len(seen) - 1)
+                    pos += len(chunk)
+            for c in ints:
+                pos = at
+                for chunk in group.column(stored[c]).chunks:
+                    if chunk.null_count:
+                        return None
+                    part = to_numpy(chunk)
+                    if part.size:
+                        integers[c].put(pos, part, int(part.min()), int(part.max()))
+                    pos += len(chunk)
+            pos = at
+            for chunk in group.column(stored[LATENCY_KEY]).chunks:
+                if chunk.null_count:
+                    return None
+                latency_column.put(pos, to_numpy(chunk))
+                pos += len(chunk)
+            at += size
+            del group
+    except E.UnreadableTableError:
+        return None
+    if at != n:
+        return None
+    return NarrowColumns(n, {c: (codes[c].whole(), list(values[c])) for c in strings},
+                         {c: integers[c].whole() for c in ints}, {latency: latency_column.whole()})
+
+
+
+__all__ = ["NarrowColumns", "is_csv", "is_string_type", "read_footer", "read_layout", "read_narrow_columns",
+           "read_row_count", "read_row_groups", "read_schema", "read_table", "stored_type"]

@@ -20,7 +20,7 @@ from ..base import errors as E
 from ..base import limits
 from ..specs.models import ModelConfig, ModelRegistry
 from .catalog import TableRef
-from .codes import combine, dense_ranks, factorize, narrowest_int, narrowest_signed, to_numpy, unique_codes
+from .codes import combine, dense_ranks, factorize, narrowest_signed, to_numpy, unique_codes
 from .conventions import Typed, as_declared, check_declared
 from .families.base import (
     ARCHITECTURE,
@@ -35,7 +35,7 @@ from .families.base import (
     TableSpec,
     Tier,
 )
-from .reader import is_csv, is_string_type, read_footer, read_row_groups, read_table, stored_type
+from .reader import is_csv, is_string_type, read_footer, read_narrow_columns, read_table, stored_type
 
 #: Heads columns: a fractional value here is its own error kind.
 HEAD_COLUMNS = (HEADS, "num_key_value_heads", "local_num_heads")
@@ -158,47 +158,6 @@ class NarrowRead:
     latency: np.ndarray
 
 
-class _Growing:
-    """One column in the narrowest type seen so far, filled part by part: allocated at the
-    first part (a part that is the whole column is only cast, without a copy where its type is
-    already the column's) and widened (one copy) when a part holds a value the type cannot, to
-    the narrowest type holding every value put so far."""
-
-    def __init__(self, n: int, dtype: np.dtype, narrowest: Callable[[int, int], np.dtype] = narrowest_signed
-                 ) -> None:
-        self.n = n
-        self.array: np.ndarray | None = None
-        self.narrowest = narrowest
-        self.seen: tuple[int, int] | None = None  # the smallest and largest value put
-        self._set_type(dtype)
-
-    def _set_type(self, dtype: np.dtype) -> None:
-        self.dtype = dtype
-        if dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            self.low, self.high = int(info.min), int(info.max)
-
-    def put(self, at: int, values: np.ndarray, low: int = 0, high: int = 0) -> None:
-        if self.dtype.kind in "iu":
-            if self.seen is not None:
-                low, high = min(low, self.seen[0]), max(high, self.seen[1])
-            self.seen = (low, high)
-            if low < self.low or high > self.high:
-                self._set_type(self.narrowest(low, high))
-                if self.array is not None:
-                    self.array = self.array.astype(self.dtype)  # (the rows not yet put: overwritten later)
-        if self.array is None:
-            if values.size == self.n:
-                self.array = values.astype(self.dtype, copy=False)
-                return
-            self.array = np.empty(self.n, dtype=self.dtype)
-        self.array[at: at + values.size] = values
-
-    def whole(self) -> np.ndarray:
-        assert self.array is not None
-        return self.array
-
-
 def _narrow_wanted(spec: TableSpec, ref: TableRef) -> bool:
     """Whether a table can be validated from its typed columns alone: a parquet file whose
     declared layout only renames columns, and that declares no guards (they read any column)."""
@@ -257,69 +216,16 @@ def read_narrow(ref: TableRef, family: Family, meta: pq.FileMetaData | None = No
             and all(pa.types.is_integer(types[c]) and types[c] != pa.uint64() for c in ints)):
         return None
 
-    n = int(meta.num_rows)
-    # the footer's min/max of each integer column choose its type (checked on every row group)
-    leaf = {meta.row_group(0).column(j).path_in_schema: j for j in range(meta.num_columns)} \
-        if meta.num_row_groups else {}
-    integers: dict[str, _Growing] = {}
-    for c in ints:
-        low, high = 0, 0
-        for g in range(meta.num_row_groups):
-            stats = meta.row_group(g).column(leaf[stored[c]]).statistics if stored[c] in leaf else None
-            if stats is None or not stats.has_min_max:
-                low, high = 0, 0
-                break
-            low, high = min(low, int(stats.min)), max(high, int(stats.max))
-        integers[c] = _Growing(n, narrowest_int(low, high), narrowest_int)
-    codes = {c: _Growing(n, np.dtype(np.int8)) for c in strings}
-    values: dict[str, dict[str, int]] = {c: {} for c in strings}
-    latency = _Growing(n, np.dtype(np.float64))
-    at = 0
-    try:
-        for group in read_row_groups(ref.path, meta):
-            size = group.num_rows
-            for c in strings:
-                pos = at
-                for chunk in group.column(stored[c]).chunks:
-                    if chunk.null_count or not pa.types.is_dictionary(chunk.type):
-                        return None
-                    words = [str(v) for v in chunk.dictionary.to_pylist()]
-                    seen = values[c]
-                    if len(set(words)) != len(words):
-                        return None
-                    remap = [seen.setdefault(w, len(seen)) for w in words]
-                    index = to_numpy(chunk.indices)
-                    if remap != list(range(len(remap))):
-                        index = np.asarray(remap, dtype=np.int64)[index]
-                    codes[c].put(pos, index, 0, len(seen) - 1)
-                    pos += len(chunk)
-            for c in ints:
-                pos = at
-                for chunk in group.column(stored[c]).chunks:
-                    if chunk.null_count:
-                        return None
-                    part = to_numpy(chunk)
-                    if part.size:
-                        integers[c].put(pos, part, int(part.min()), int(part.max()))
-                    pos += len(chunk)
-            pos = at
-            for chunk in group.column(stored[LATENCY]).chunks:
-                if chunk.null_count:
-                    return None
-                latency.put(pos, to_numpy(chunk))
-                pos += len(chunk)
-            at += size
-            del group
-    except E.UnreadableTableError:
+    columns = read_narrow_columns(ref.path, meta, {c: stored[c] for c in strings},
+                                  {c: stored[c] for c in ints}, stored[LATENCY])
+    if columns is None:
         return None
-    if at != n:
-        return None
-    if n >= RELEASE_ROWS:  # the row groups' decoded memory back to the system (arrow's pool keeps it)
+    if columns.rows >= RELEASE_ROWS:  # the row groups' decoded memory back to the system (arrow's pool keeps it)
         pa.default_memory_pool().release_unused()
     return NarrowRead(
-        n, names,
-        {c: Categorical(codes[c].whole(), list(values[c])) for c in strings},
-        {c: integers[c].whole() for c in ints}, latency.whole())
+        columns.rows, names,
+        {c: Categorical(codes, values) for c, (codes, values) in columns.strings.items()},
+        columns.integers, columns.floats[stored[LATENCY]])
 
 
 def _rows(mask: np.ndarray) -> np.ndarray:

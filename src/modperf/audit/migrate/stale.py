@@ -33,6 +33,16 @@ from .plan import (
 Classification = tuple[str, "str | None", "type[E.ModperfError] | None"]
 
 
+
+def _rewrite_heads(plan: FilePlan, table: pa.Table, heads: np.ndarray, new_heads: np.ndarray) -> None:
+    """The plan rewrites ``table``'s num_heads column to ``new_heads`` (its stored type kept)."""
+    plan.source_table = table
+    index = table.schema.get_field_index(HEADS)
+    heads_field = table.schema.field(index)
+    plan.migrated = table.set_column(index, heads_field, pa.array(new_heads, type=heads_field.type))
+    plan.rows_changed = int((new_heads != heads).sum())
+    plan.action = REWRITE
+
 def _classify(heads: np.ndarray, tp: np.ndarray, native: int) -> Classification:
     """The state of one (model, version) group whose native is known."""
     tps, distinct_heads = np.unique(tp), np.unique(heads)
@@ -153,13 +163,8 @@ def _plan_stale_chains(plan: FilePlan, table: pa.Table, family: Family) -> bool:
         return True
     natives = np.where(rows, heads, -1)
     new_heads = np.where(rows, heads // np.where(rows, tp, 1), heads)
-    plan.source_table = table
     plan.native_per_row = natives
-    index = table.schema.get_field_index(HEADS)
-    heads_field = table.schema.field(index)
-    plan.migrated = table.set_column(index, heads_field, pa.array(new_heads, type=heads_field.type))
-    plan.rows_changed = int((new_heads != heads).sum())
-    plan.action = REWRITE
+    _rewrite_heads(plan, table, heads, new_heads)
     return True
 
 
@@ -244,9 +249,4 @@ def plan_stale(plan: FilePlan, table: pa.Table, registry: ModelRegistry, model: 
     except E.ModperfError as exc:
         plan.refuse(exc)
         return
-    plan.source_table = table
-    index = table.schema.get_field_index(HEADS)
-    heads_field = table.schema.field(index)
-    plan.migrated = table.set_column(index, heads_field, pa.array(new_heads, type=heads_field.type))
-    plan.rows_changed = int((new_heads != heads).sum())
-    plan.action = REWRITE
+    _rewrite_heads(plan, table, heads, new_heads)

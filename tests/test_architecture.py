@@ -16,7 +16,10 @@ imports inside functions and under ``TYPE_CHECKING``:
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import subprocess
 import sys
 from functools import cache
 from pathlib import Path
@@ -254,3 +257,46 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path, source: str, problem
                 | {t for t in found.modules if _unit(t) not in stages | {"fast"}}
                 | {p.rsplit(" ", 1)[-1].rsplit(".", 1)[-1] for p in found.private})
     assert problem in problems
+
+
+#: The functions a lower stage is handed and calls (the only calls a question's way makes into
+#: a later stage): (caller stage, the callee's module or package).
+HANDED_DOWN = {
+    ("base", "fast.persist"): "the persisted file's writer, which base.atomic runs into its temporary file",
+    ("base", "data.keyed_cache"): "the same, for a keyed table's cache entry",
+    ("data", "model.tables"): "the version policy's `answers` predicate (does a version's table answer?)",
+    ("fast", "specs.roofline"): "the lattice's roofline, which holds utilisation past the measured points",
+    ("specs", "data.families"): "a family's work function, which the roofline evaluates",
+}
+
+
+def _upward_calls(tmp_path: Path, args: list[str]) -> list[tuple[str, str, str, str]]:
+    """Every call into a later stage that ``modperf ARGS`` makes, cold (tests/trace_calls.py)."""
+    env = {**os.environ, "MODPERF_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "80",
+           "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "trace_calls.py"), *args], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return [tuple(call) for call in json.loads(proc.stderr.strip().splitlines()[-1])]
+
+
+def test_a_cold_query_never_calls_back_up(tmp_path: Path) -> None:
+    """docs/architecture.md, "A cold single query": cli -> fast -> query -> specs / data -> fast
+    -> base, each call into an earlier stage; the only later-stage function run is the writer
+    base.atomic is handed for the persisted files."""
+    calls = _upward_calls(tmp_path, ["query", "mla_context_module", "--system", "h200_sxm", "--backend", "trtllm",
+                                     "--version", "1.3.0rc20", "--model", "deepseek-ai/DeepSeek-V3", "--tp", "8",
+                                     "--batch-size", "4", "--isl", "2048", "--json"])
+    assert calls == [("base", "fast", "fast.persist", "copy")]
+
+
+def test_a_predict_calls_up_only_through_functions_handed_down(tmp_path: Path) -> None:
+    """docs/architecture.md, "A predict": the calls into a later stage are the functions listed
+    in HANDED_DOWN, never an import of a later stage."""
+    calls = _upward_calls(tmp_path, ["predict", "--model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--backend",
+                                     "vllm", "--tp", "2", "--isl", "1024", "--osl", "128", "--batch", "8", "--json"])
+    assert calls, "the tracer saw nothing: it would pass anything"
+    unexpected = [c for c in calls if not any(c[0] == stage and (c[2] == home or c[2].startswith(home + "."))
+                                              for stage, home in HANDED_DOWN)]
+    assert unexpected == []
+    assert {(c[0], c[2].split(".")[0] + "." + c[2].split(".")[1]) for c in calls} >= {("fast", "specs.roofline")}

@@ -19,7 +19,6 @@ columns by their own names. Rules (docs/queries.md has the full semantics):
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -113,14 +112,11 @@ class QueryPlan(Plan):
                 checks.append((name, rng.low, rng.high, self.fixed.get(name), offsets))
         self.axis_checks = tuple(checks)
         self.echoed = tuple((name, i) for i, name in enumerate(self.axis_fields) if name != HEADS)
-
-    @functools.cached_property
-    def extrapolation_model(self) -> str:  # type: ignore[override]
-        """What an extrapolated answer holds, as its ``extrapolation`` lists it (the system's
-        GPU, looked up on first use)."""
+        # what an extrapolated answer holds, as its ``extrapolation`` lists it: settled with the
+        # plan (the fast path and the plan store read it as a plain attribute)
         spec = gpu_spec(self.template.system)
-        return ("utilisation held against the roofline of " + spec.name
-                + ("" if spec.from_file else " (default GPU: no spec file)"))
+        self.extrapolation_model = ("utilisation held against the roofline of " + spec.name
+                                    + ("" if spec.from_file else " (default GPU: no spec file)"))
 
     def lane_for(self, point: Mapping[str, Any]) -> QueryPlan:
         """The plan of the lane the backend runs at ``point`` (axis values), its answer saying so."""

@@ -58,6 +58,7 @@ the scalar one operation for operation: its answers are the same bit for bit.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from bisect import bisect_right
@@ -187,7 +188,7 @@ class Grid(Lattice):
         self.latency = np.asarray(parts["latency"], dtype=np.float64)
         self.state = np.asarray(parts["state"], dtype=np.uint8)
         self.distance = np.asarray(parts["distance"], dtype=np.float64)
-        # (the roofline per cell, ``roof``, only where asked: see __getattr__)
+        # (the roofline per cell, ``roof``, only where asked: the cached property)
         if len(self.curvature) != len(self.axes) or any(
                 x.shape != self.shape for x in (self.latency, self.state, self.distance)):
             raise ValueError("grid parts do not fit together")
@@ -354,20 +355,14 @@ class Grid(Lattice):
         self.state_py = self._state_p.tolist()
         self._index_lists()
 
-    def __getattr__(self, name: str) -> Any:
-        # built on first use: the distances as a plain list (lookup_general; an exact hit never
-        # reads it, and building it costs a cold process's first answer ~40 ns a cell)
-        if name == "_dist_py":
-            dist: list[float] = self.__dict__["_dist_p"].tolist()
-            self.__dict__["_dist_py"] = dist
-            return dist
-        # a restored grid's roofline per cell (what its fill computed, the same expression)
-        if name == "roof" and "roofline" in self.__dict__:
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                roof = self._roof_cells()
-            self.__dict__["roof"] = roof
-            return roof
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    @functools.cached_property
+    def roof(self) -> np.ndarray:
+        """A restored grid's roofline per cell, built where asked (what its fill computed, the
+        same expression; a grid that fills sets it then)."""
+        if "roofline" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute 'roof'")
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return self._roof_cells()
 
     # -- vectorised lookup ----------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 * :mod:`.backend`: what a backend is (:class:`Backend`) and its fitted constants (:class:`Fitted`);
 * one module per backend, owning its rules and carrying its constants: :mod:`.vllm`,
   :mod:`.sglang`, :mod:`.trtllm` (adding a backend is one such module, registered in
-  :data:`BACKENDS`; docs/serving.md, "Adding a backend");
+  :data:`BACKENDS`; docs/serving.md, "Backends: one module each");
 * :mod:`.memory`: weights and KV per GPU, the running-request cap, the fit check, the KV
   transfer between pools;
 * :mod:`.fit`: the fit of the constants on calibration rows (``bench/silicon.py --fit``).

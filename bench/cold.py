@@ -540,7 +540,8 @@ def check_rows(args: argparse.Namespace, trees: list[tuple[str, str]], cache_dir
     """The whole-corpus ``check`` beside the cheapest read of the same files (a process reading
     every file with ``ParquetFile`` and dictionary strings), interleaved; CPU time (user +
     system, workers included) beside the wall time."""
-    read = ("import sys, pyarrow.parquet as pq\nfrom modperf.data.catalog import Catalog\n"
+    # (the flat path modperf.catalog: both a tree before the stage packages and one after have it)
+    read = ("import sys, pyarrow.parquet as pq\nfrom modperf.catalog import Catalog\n"
             "for r in Catalog.scan().files:\n"
             "    if r.path.suffix == '.parquet':\n"
             "        names = [f.name for f in pq.read_schema(r.path) if str(f.type) == 'string']\n"

@@ -27,11 +27,14 @@ import subprocess
 import sys
 import tempfile
 
+#: The child imports modperf's modules by their flat paths (modperf.catalog, ...): a tree before
+#: the stage packages has only those, and a tree after them resolves each to its home
+#: (modperf.MOVED), so that the same child measures both.
 CHILD = r"""
 import json, os, resource, sys, time
 mode, system, backend, version = sys.argv[1:5]
-from modperf.data.catalog import Catalog
-from modperf.data.families import declared_tables
+from modperf.catalog import Catalog
+from modperf.families import declared_tables
 cat = Catalog.scan()
 refs = cat.select(system=None if system == "-" else system, backend=None if backend == "-" else backend,
                   version=None if version == "-" else version, tables=declared_tables())
@@ -50,18 +53,18 @@ elif mode == "plain-dict":
         rows += pq.ParquetFile(r.path, read_dictionary=names).read().num_rows
 elif mode == "plain-pool":
     import pyarrow.parquet as pq
-    from modperf.data.loader import parallel_map
+    from modperf.loader import parallel_map
     rows = sum(parallel_map(lambda r: pq.read_table(r.path).num_rows, refs))
 elif mode == "load":
-    from modperf.data.loader import load_one
-    from modperf.specs.models import ModelRegistry
+    from modperf.loader import load_one
+    from modperf.models import ModelRegistry
     models = ModelRegistry.default()
     for r in refs:
         loaded = load_one(r, models)
         failed += not loaded.ok
         rows += loaded.keyed.rows_stored if loaded.keyed is not None else 0
 elif mode == "check":
-    from modperf.audit.check import check
+    from modperf.check import check
     report = check()
     rows, failed = report.rows, sum(not fr.ok for fr in report.files)
 elif mode.startswith("database"):

@@ -154,7 +154,9 @@ class _PlansByNames:
 
     def __init__(self, values_of: Callable[[Mapping[str, Any]], tuple[Any, ...]]) -> None:
         self.values_of = values_of
-        self.plans: dict[tuple[Any, ...], _Plan] = {}
+        #: a plan, or the error resolving it raised (the key decides it: asked again, the same
+        #: error is raised without resolving again; a whole-model step asks thousands of these)
+        self.plans: dict[tuple[Any, ...], _Plan | E.ModperfError] = {}
 
 
 @dataclass
@@ -482,12 +484,15 @@ class QueryEngine:
         except TypeError:  # an unhashable value: resolve without the cache
             plan, plan_key = None, None
         if plan is None:
-            if self.plan_sink is not None:
-                with self.store.recording() as loads:
+            try:
+                if self.plan_sink is not None:
+                    with self.store.recording() as loads:
+                        plan = self._plan(fields)
+                    plan.pending = loads
+                else:
                     plan = self._plan(fields)
-                plan.pending = loads
-            else:
-                plan = self._plan(fields)
+            except E.ModperfError as exc:
+                plan = exc
             if plan_key is not None:
                 if self._n_plans >= self.PLAN_CACHE:  # full: start over (this names' entry kept, emptied)
                     self._plans.clear()
@@ -496,6 +501,8 @@ class QueryEngine:
                     self._n_plans = 0
                 plans[plan_key] = plan
                 self._n_plans += 1
+        if isinstance(plan, E.ModperfError):
+            raise plan.with_traceback(None)
         return plan
 
     def _point(self, plan: _Plan, fields: Mapping[str, Any]) -> list[int]:

@@ -48,7 +48,10 @@ TOP_FIELDS = ("id", "model_path", "system", "backend", "backend_version", "mode"
               "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
               "moe_tp_size", "moe_ep_size")
 POOL_FIELDS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
-FIELDS = frozenset(TOP_FIELDS) | {f"{side}_{f}" for side in ("prefill", "decode") for f in POOL_FIELDS}
+#: Choices a deployment may name that silicon_sample.csv has no column for.
+CHOICE_FIELDS = ("kv_cache_dtype",)
+FIELDS = frozenset(TOP_FIELDS) | frozenset(CHOICE_FIELDS) | {f"{side}_{f}" for side in ("prefill", "decode")
+                                                            for f in POOL_FIELDS}
 #: Columns of the CSV a prediction ignores (measurements and provenance), accepted so that a
 #: row of the file can be passed as it is.
 IGNORED = frozenset({"silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms", "model"})
@@ -59,9 +62,12 @@ _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 KV_BYTES = 2.0
 
 
-def kv_element_bytes(backend: str, gemm_dtype: str | None) -> float:
+def kv_element_bytes(backend: str, gemm_dtype: str | None, kv_cache_dtype: str | None = None) -> float:
     """TRT-LLM serves quantized (8- or 4-bit) checkpoints with the fp8 KV cache their
-    quantization config names; vLLM and SGLang keep the model dtype unless told otherwise."""
+    quantization config names; vLLM and SGLang keep the model dtype unless told otherwise. A KV
+    dtype the deployment names is taken as named."""
+    if kv_cache_dtype is not None:
+        return bytes_of(kv_cache_dtype)
     return 1.0 if backend == "trtllm" and bits(gemm_dtype) <= 8 else KV_BYTES
 
 
@@ -108,11 +114,14 @@ class Deployment:
     gemm_quant: str | None = None
     moe_quant: str | None = None
     id: str | None = None
+    #: The KV cache's dtype where the deployment names one (the attention tables are asked for
+    #: it and the cache sized by it); None: the backend's rule (kv_element_bytes).
+    kv_cache_dtype: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "model": self.model, "system": self.system, "backend": self.backend,
                 "version": self.version, "mode": self.mode, "isl": self.isl, "osl": self.osl,
-                "gemm_quant": self.gemm_quant, "moe_quant": self.moe_quant,
+                "gemm_quant": self.gemm_quant, "moe_quant": self.moe_quant, "kv_cache_dtype": self.kv_cache_dtype,
                 "pool": self.pool.to_dict() if self.pool else None,
                 "prefill": self.prefill.to_dict() if self.prefill else None,
                 "decode": self.decode.to_dict() if self.decode else None}
@@ -196,7 +205,8 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
     common: dict[str, Any] = dict(
         model=str(_str(row, "model_path")), system=str(_str(row, "system")), backend=str(_str(row, "backend")),
         mode=mode, isl=isl, osl=osl, version=_str(row, "backend_version"), id=_str(row, "id"),
-        gemm_quant=_dtype(_str(row, "gemm_quant_mode")), moe_quant=_dtype(_str(row, "moe_quant_mode")))
+        gemm_quant=_dtype(_str(row, "gemm_quant_mode")), moe_quant=_dtype(_str(row, "moe_quant_mode")),
+        kv_cache_dtype=_dtype(_str(row, "kv_cache_dtype")))
     if mode == "agg":
         return Deployment(**common, pool=_pool(row, "", need_batch=True))
     absent = [f for f in ("prefill_num_workers", "decode_num_workers", "decode_batch_size") if not present(row, f)]
@@ -335,6 +345,53 @@ def kv_bytes_per_token(config: ModelConfig, tp: int, context: int, element: floa
     return total
 
 
+@dataclass(frozen=True)
+class KvCapacity:
+    """What one GPU of a pool holds (docs/serving.md, "Memory"): its share of the weights, the KV
+    budget the backend's memory rule leaves (``rule_budget``; ``budget`` is the physical
+    remainder instead where the rule leaves less than one request and the remainder holds one),
+    the KV bytes of one token, the tokens reserved per request, and so the requests that run at
+    once (at most the backend's own limit)."""
+
+    weights: float
+    rule_budget: float
+    budget: float
+    per_token: float
+    reserve: int
+    max_running: int
+
+
+def kv_capacity(config: ModelConfig, dep: Deployment, pool: Pool, reserve: int | None = None) -> KvCapacity:
+    """The memory of one GPU of ``pool`` serving ``dep`` under its backend's rule; ``reserve``:
+    tokens held per request (default: the backend's rule, ``isl + osl`` where it reserves the
+    whole sequence, else ``isl + osl / 2``)."""
+    backend = backend_of(dep.backend)
+    memory = system_memory(dep.system)
+    weights = weight_bytes_per_gpu(config, pool)
+    rule = kv_budget_bytes(backend, mem_capacity=memory.capacity, weights=weights, other=memory.other,
+                           chunk=chunk_tokens(backend, memory.capacity), gpus=pool.tp)
+    if reserve is None:
+        reserve = dep.isl + (dep.osl if backend.reserves_whole_sequence else dep.osl // 2)
+    element = kv_element_bytes(dep.backend, config.quantization.gemm, dep.kv_cache_dtype)
+    per_token = kv_bytes_per_token(config, pool.tp, dep.isl + dep.osl, element)
+    physical = memory.capacity - weights - memory.other
+    budget = physical if rule < per_token * reserve <= physical else rule
+    if budget <= 0:
+        fits = 0
+    elif per_token <= 0:
+        fits = backend.max_running
+    else:
+        fits = int(budget // (per_token * reserve))
+    return KvCapacity(weights, rule, budget, per_token, reserve, min(fits, backend.max_running))
+
+
+def tokens_per_s_per_gpu(concurrency: int, osl: int, ttft_ms: float, tpot_ms: float, gpus: int) -> float:
+    """Output tokens per second per GPU of a closed loop (docs/search.md, the scoreboard's
+    definition): ``concurrency x osl / (TTFT + (osl - 1) x TPOT) / GPUs``."""
+    cycle_ms = ttft_ms + (osl - 1) * tpot_ms
+    return concurrency * osl / cycle_ms * 1000.0 / gpus
+
+
 # --- the prediction -----------------------------------------------------------------------------
 
 
@@ -366,6 +423,7 @@ class _Steps:
                  has_moe: bool) -> None:
         self.db, self.dep, self.model, self.pool, self.version = db, dep, model, pool, version
         self.parallel = pool.parallel(has_moe)
+        self.dtypes = {"kv_cache_dtype": dep.kv_cache_dtype} if dep.kv_cache_dtype else None
         self.kinds: Counter[str] = Counter()
         self.versions: dict[str, str] = {}
         self.notes: list[str] = []
@@ -374,7 +432,8 @@ class _Steps:
 
     def cost(self, prefill: SeqChunk | None = None, decode: DecodePart | None = None) -> StepCost:
         step = step_cost(self.db, model=self.model, system=self.dep.system, backend=self.dep.backend,
-                         parallel=self.parallel, version=self.version, prefill=prefill, decode=decode)
+                         parallel=self.parallel, version=self.version, prefill=prefill, decode=decode,
+                         dtypes=self.dtypes)
         if not step.complete or step.total_ms is None:
             reasons = "; ".join(f"{r['name']}: {r['reason']}" for r in step.not_covered[:3])
             raise E.NotCoveredError(f"the step of {self.model} on {self.dep.system} {self.dep.backend} is partial: "
@@ -440,38 +499,22 @@ def price(db: Database, dep: Deployment) -> Priced:
     """The engine steps of ``dep`` from the op tables (module doc). Raises a ModperfError when a
     step cannot be priced (an op out of coverage, a shard that does not divide, an unknown model
     or system)."""
-    notes: list[str] = []
+    served = serving_of(db, dep)
+    notes, version, config, has_moe, chunk = list(served.notes), served.version, served.config, served.has_moe, \
+        served.chunk
     backend = backend_of(dep.backend)
-    version = _version_for(db, dep, notes)
-    config = served_model(db, dep, notes)
-    has_moe = ffn_has_moe(config)
-    memory = system_memory(dep.system)
-    chunk = chunk_tokens(backend, memory.capacity)
     kv_mean = mean_kv(dep.isl, dep.osl)
     inputs: AggInputs | DisaggInputs
     if dep.mode == "agg":
         pool = dep.pool
         assert pool is not None and pool.batch is not None
         priced = _Steps(db, dep, config.model_id, pool, version, has_moe)
-        weights = weight_bytes_per_gpu(config, pool)
-        budget = kv_budget_bytes(backend, mem_capacity=memory.capacity, weights=weights, other=memory.other,
-                                 chunk=chunk, gpus=pool.tp)
-        reserve = dep.isl + (dep.osl if backend.reserves_whole_sequence else dep.osl // 2)
-        element = kv_element_bytes(dep.backend, config.quantization.gemm)
-        per_token = kv_bytes_per_token(config, pool.tp, dep.isl + dep.osl, element)
-        physical = memory.capacity - weights - memory.other
-        if budget < per_token * reserve <= physical:
-            notes.append(f"the {backend.name} default memory rule leaves {budget / 2**30:.1f} GiB for the KV cache, "
-                         "less than one request: the deployment must set its own memory fraction; the physical "
-                         f"remainder ({physical / 2**30:.1f} GiB) is used")
-            budget = physical
-        if budget <= 0:
-            fits = 0
-        elif per_token <= 0:
-            fits = backend.max_running
-        else:
-            fits = int(budget // (per_token * reserve))
-        max_running = min(fits, backend.max_running)
+        room = kv_capacity(config, dep, pool)
+        weights, budget, per_token, max_running = room.weights, room.budget, room.per_token, room.max_running
+        if room.rule_budget < room.budget:
+            notes.append(f"the {backend.name} default memory rule leaves {room.rule_budget / 2**30:.1f} GiB for the KV "
+                         "cache, less than one request: the deployment must set its own memory fraction; the physical "
+                         f"remainder ({budget / 2**30:.1f} GiB) is used")
         if max_running < 1:
             raise E.NotCoveredError(
                 f"{config.model_id} at tp {pool.tp} does not fit one request of {dep.isl} + {dep.osl} tokens on "
@@ -499,29 +542,94 @@ def price(db: Database, dep: Deployment) -> Priced:
         return Priced(dep, inputs, steps, memory_doc, pool.batch * pool.attention_dp, pool.gpus_per_worker,
                       priced.kinds, priced.versions, notes + priced.notes)
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
-    pre = _Steps(db, dep, config.model_id, dep.prefill, version, has_moe)
-    dec = _Steps(db, dep, config.model_id, dep.decode, version, has_moe)
+    pre = price_prefill_pool(db, dep, served)
+    dec = price_decode_pool(db, dep, served)
+    concurrency = dep.decode.batch * dep.decode.workers * dep.decode.attention_dp
+    inputs = disagg_inputs(dep.isl, dep.osl, concurrency, dep.prefill.workers * dep.prefill.attention_dp, pre, dec)
+    steps = {**pre.steps, **dec.steps}
+    gpus = dep.prefill.workers * dep.prefill.gpus_per_worker + dep.decode.workers * dep.decode.gpus_per_worker
+    return Priced(dep, inputs, steps, {"kv_transfer_bytes": pre.kv_transfer_bytes}, concurrency, gpus,
+                  pre.kinds + dec.kinds, {**pre.versions, **dec.versions}, notes + pre.notes + dec.notes)
+
+
+@dataclass(frozen=True)
+class Served:
+    """What every pool of a deployment shares: the version its tables are anchored at, the model
+    as served (dtypes), whether it has MoE layers, the backend's per-step token budget, and the
+    notes saying what was chosen."""
+
+    version: str | None
+    config: ModelConfig
+    has_moe: bool
+    chunk: int
+    notes: tuple[str, ...]
+
+
+def serving_of(db: Database, dep: Deployment) -> Served:
+    notes: list[str] = []
+    version = _version_for(db, dep, notes)
+    config = served_model(db, dep, notes)
+    chunk = chunk_tokens(backend_of(dep.backend), system_memory(dep.system).capacity)
+    return Served(version, config, ffn_has_moe(config), chunk, tuple(notes))
+
+
+@dataclass
+class PoolPriced:
+    """One pool's part of a disaggregated deployment, priced: what the serving model takes from
+    it (the prefill pool: one request's prefill, a packed prefill step, the KV transfer; the
+    decode pool: its decode step), its steps, and their provenance. The other pool and the
+    worker counts do not change it."""
+
+    values: dict[str, Any]
+    steps: dict[str, Any]
+    kinds: Counter[str]
+    versions: dict[str, str]
+    notes: list[str]
+    kv_transfer_bytes: float = 0.0
+
+
+def price_prefill_pool(db: Database, dep: Deployment, served: Served | None = None) -> PoolPriced:
+    """The prefill pool of a disaggregated ``dep`` (its batch: requests packed per step)."""
+    assert dep.prefill is not None
+    served = served or serving_of(db, dep)
+    config, chunk = served.config, served.chunk
+    pre = _Steps(db, dep, config.model_id, dep.prefill, served.version, served.has_moe)
     batch = dep.prefill.batch or 1
     packed = packed_requests(batch, dep.isl, chunk) if dep.isl <= chunk else 1
     one = pre.prefill_one(dep.isl, chunk)
     packed_ms = pre.ms(prefill=SeqChunk(packed, dep.isl, 0)) if dep.isl <= chunk else one
-    decode_step = dec.cost(decode=DecodePart(dep.decode.batch, kv_mean))
-    decode_ms = float(decode_step.total_ms or 0.0) + dec.hop_ms
-    concurrency = dep.decode.batch * dep.decode.workers * dep.decode.attention_dp
     gpu = gpu_spec(dep.system)
     link = gpu.inter_node_bw  # the pools sit on different nodes (on GB200/GB300 racks: NVLink)
-    element = kv_element_bytes(dep.backend, config.quantization.gemm)
+    element = kv_element_bytes(dep.backend, config.quantization.gemm, dep.kv_cache_dtype)
     kv_all = kv_bytes_per_token(config, 1, dep.isl + dep.osl, element) * dep.isl  # the whole request's cache
     transfer_ms = kv_all / (link * dep.prefill.gpus_per_worker) * 1000.0 + gpu.p2p_latency * 1000.0
-    inputs = DisaggInputs(concurrency, dep.isl, dep.osl, dep.prefill.workers * dep.prefill.attention_dp, one,
-                          packed_ms, packed, decode_ms, transfer_ms)
     steps = {"prefill_one": {"ms": one, "chunk_tokens": chunk},
-             "prefill_packed": {"ms": packed_ms, "requests": packed},
-             "decode": {"ms": decode_ms, "batch": dep.decode.batch, "kv": kv_mean,
+             "prefill_packed": {"ms": packed_ms, "requests": packed}}
+    return PoolPriced({"one": one, "packed": packed, "packed_ms": packed_ms, "transfer_ms": transfer_ms}, steps,
+                      pre.kinds, pre.versions, pre.notes, kv_all)
+
+
+def price_decode_pool(db: Database, dep: Deployment, served: Served | None = None) -> PoolPriced:
+    """The decode pool of a disaggregated ``dep`` (its batch: requests per attention-DP rank)."""
+    assert dep.decode is not None and dep.decode.batch is not None
+    served = served or serving_of(db, dep)
+    dec = _Steps(db, dep, served.config.model_id, dep.decode, served.version, served.has_moe)
+    kv_mean = mean_kv(dep.isl, dep.osl)
+    decode_step = dec.cost(decode=DecodePart(dep.decode.batch, kv_mean))
+    decode_ms = float(decode_step.total_ms or 0.0) + dec.hop_ms
+    steps = {"decode": {"ms": decode_ms, "batch": dep.decode.batch, "kv": kv_mean,
                         "components": decode_step.components}}
-    gpus = dep.prefill.workers * dep.prefill.gpus_per_worker + dep.decode.workers * dep.decode.gpus_per_worker
-    return Priced(dep, inputs, steps, {"kv_transfer_bytes": kv_all}, concurrency, gpus, pre.kinds + dec.kinds,
-                  {**pre.versions, **dec.versions}, notes + pre.notes + dec.notes)
+    return PoolPriced({"decode_ms": decode_ms}, steps, dec.kinds, dec.versions, dec.notes)
+
+
+def disagg_inputs(isl: int, osl: int, concurrency: int, prefill_ranks: int, pre: PoolPriced,
+                  dec: PoolPriced) -> DisaggInputs:
+    """The serving model's inputs of a disaggregated deployment from its two pools: closed-loop
+    users over the whole deployment (decode batch x decode workers x their DP ranks) and prefill
+    ranks (prefill workers x their DP ranks)."""
+    p = pre.values
+    return DisaggInputs(concurrency, isl, osl, prefill_ranks, p["one"], p["packed_ms"], p["packed"],
+                        dec.values["decode_ms"], p["transfer_ms"])
 
 
 def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
@@ -531,8 +639,7 @@ def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
         times = aggregated(priced.inputs, constants)
     else:
         times = disaggregated(priced.inputs, constants)
-    cycle_ms = times.ttft_ms + (dep.osl - 1) * times.tpot_ms
-    per_gpu = priced.concurrency * dep.osl / cycle_ms * 1000.0 / priced.gpus
+    per_gpu = tokens_per_s_per_gpu(priced.concurrency, dep.osl, times.ttft_ms, times.tpot_ms, priced.gpus)
     serving = {**times.detail, "constants": {"source": source, **vars(constants)}, "memory": priced.memory,
                "concurrency": priced.concurrency}
     provenance = {"versions": dict(sorted(priced.versions.items())), "kinds": dict(sorted(priced.kinds.items())),
@@ -548,5 +655,7 @@ def predict(db: Database, dep: Deployment, *, fitted: bool = True) -> Prediction
     return solve(price(db, dep), constants, source)
 
 
-__all__ = ["FIELDS", "Deployment", "Pool", "Prediction", "Priced", "constants_for", "deployment_from_row",
-           "kv_bytes_per_token", "predict", "price", "served_model", "solve", "weight_bytes_per_gpu"]
+__all__ = ["FIELDS", "Deployment", "KvCapacity", "Pool", "PoolPriced", "Prediction", "Priced", "Served",
+           "constants_for", "deployment_from_row", "disagg_inputs", "kv_bytes_per_token", "kv_capacity", "predict",
+           "price", "price_decode_pool", "price_prefill_pool", "served_model", "serving_of", "solve",
+           "tokens_per_s_per_gpu", "weight_bytes_per_gpu"]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
 COMMANDS = {
     "check": "check_cmd", "coverage": "coverage_cmd", "dedupe": "dedupe_cmd", "estimate": "estimate_cmd",
     "ls": "ls_cmd", "migrate": "migrate_cmd", "predict": "predict_cmd", "query": "query_cmd",
-    "cache": "cache_cmd",
+    "cache": "cache_cmd", "search": "search_cmd",
 }
 #: Options taken before the command name (the application's own).
 _GLOBAL_FLAGS = ("--no-cache",)

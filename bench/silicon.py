@@ -43,8 +43,8 @@ import argparse
 import collections
 import json
 import math
+import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,25 @@ def user_configs(folder: Path, db: modperf.Database) -> None:
         if wanted in db.models.ids():
             continue
         source = db.models.get(bundled)
-        (folder / (wanted.replace("/", "--") + "_config.json")).write_text(json.dumps(source.raw))
+        target = folder / (wanted.replace("/", "--") + "_config.json")
+        text = json.dumps(source.raw)
+        if not target.is_file() or target.read_text() != text:  # unchanged files keep their mtime
+            target.write_text(text)
+
+
+def config_folder() -> Path:
+    """Where the bench keeps :data:`USER_CONFIGS`' files between runs: ``bench-configs`` in the
+    user's cache folder (made 0700; refused when it is a link or another user's). The
+    persisted cache keys each table by the model configs' paths, sizes and mtimes: a fresh
+    folder per run would key every table again, which is most of a run's time."""
+    from modperf.cache_keys import cache_folder
+
+    folder = Path(cache_folder()) / "bench-configs"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = folder.lstat()
+    if folder.is_symlink() or not folder.is_dir() or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise SystemExit(f"{folder}: not a folder of this user's alone; remove it and run again")
+    return folder
 
 
 def cross_split_twins(rows: list[dict[str, Any]]) -> set[str]:
@@ -118,7 +136,11 @@ def noise_floor(rows: list[dict[str, Any]]) -> tuple[float, float, float, float]
 
 
 def price_all(db: modperf.Database, rows: list[dict[str, Any]]) -> dict[str, Priced | E.ModperfError]:
+    """Every row priced (the steps only, no constants). The query engine's plan persistence is
+    off: the rows ask thousands of one-off step shapes, and persisting each group's plan (every
+    write walks the cache folder to bound it) cost more than the pricing (docs/performance.md)."""
     out: dict[str, Priced | E.ModperfError] = {}
+    db.queries.plan_sink = None
     start = time.perf_counter()
     for i, r in enumerate(rows):
         try:
@@ -361,13 +383,13 @@ def main() -> int:
         rows_priced = rows + [r for r in sample if r["id"] not in listed]
     else:
         rows_priced = rows
-    with tempfile.TemporaryDirectory() as tmp:
-        db = modperf.open()
-        user_configs(Path(tmp), db)
-        db = modperf.open(model_configs=[tmp])
-        start = time.perf_counter()
-        priced = price_all(db, rows_priced)
-        seconds = time.perf_counter() - start
+    folder = config_folder()
+    db = modperf.open()
+    user_configs(folder, db)
+    db = modperf.open(model_configs=[folder])
+    start = time.perf_counter()
+    priced = price_all(db, rows_priced)
+    seconds = time.perf_counter() - start
     print(f"priced {len(rows_priced)} rows in {seconds:.1f} s ({seconds / len(rows_priced) * 1000:.1f} ms per row)")
     if args.cv:
         cross_validate(rows_priced, priced, db)

@@ -49,7 +49,7 @@ TOP_FIELDS = ("id", "model_path", "system", "backend", "backend_version", "mode"
               "moe_tp_size", "moe_ep_size")
 POOL_FIELDS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 #: Choices a deployment may name that silicon_sample.csv has no column for.
-CHOICE_FIELDS = ("kv_cache_dtype",)
+CHOICE_FIELDS = ("kv_cache_dtype", "token_budget")
 FIELDS = frozenset(TOP_FIELDS) | frozenset(CHOICE_FIELDS) | {f"{side}_{f}" for side in ("prefill", "decode")
                                                             for f in POOL_FIELDS}
 #: Columns of the CSV a prediction ignores (measurements and provenance), accepted so that a
@@ -117,11 +117,15 @@ class Deployment:
     #: The KV cache's dtype where the deployment names one (the attention tables are asked for
     #: it and the cache sized by it); None: the backend's rule (kv_element_bytes).
     kv_cache_dtype: str | None = None
+    #: Tokens one engine step takes at most (vLLM max_num_batched_tokens, SGLang
+    #: chunked_prefill_size, TRT-LLM max_num_tokens); None: the backend's default (chunk_tokens).
+    token_budget: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "model": self.model, "system": self.system, "backend": self.backend,
                 "version": self.version, "mode": self.mode, "isl": self.isl, "osl": self.osl,
                 "gemm_quant": self.gemm_quant, "moe_quant": self.moe_quant, "kv_cache_dtype": self.kv_cache_dtype,
+                "token_budget": self.token_budget,
                 "pool": self.pool.to_dict() if self.pool else None,
                 "prefill": self.prefill.to_dict() if self.prefill else None,
                 "decode": self.decode.to_dict() if self.decode else None}
@@ -206,7 +210,7 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
         model=str(_str(row, "model_path")), system=str(_str(row, "system")), backend=str(_str(row, "backend")),
         mode=mode, isl=isl, osl=osl, version=_str(row, "backend_version"), id=_str(row, "id"),
         gemm_quant=_dtype(_str(row, "gemm_quant_mode")), moe_quant=_dtype(_str(row, "moe_quant_mode")),
-        kv_cache_dtype=_dtype(_str(row, "kv_cache_dtype")))
+        kv_cache_dtype=_dtype(_str(row, "kv_cache_dtype")), token_budget=_int(row, "token_budget", limits.TOKENS))
     if mode == "agg":
         return Deployment(**common, pool=_pool(row, "", need_batch=True))
     absent = [f for f in ("prefill_num_workers", "decode_num_workers", "decode_batch_size") if not present(row, f)]
@@ -369,7 +373,7 @@ def kv_capacity(config: ModelConfig, dep: Deployment, pool: Pool, reserve: int |
     memory = system_memory(dep.system)
     weights = weight_bytes_per_gpu(config, pool)
     rule = kv_budget_bytes(backend, mem_capacity=memory.capacity, weights=weights, other=memory.other,
-                           chunk=chunk_tokens(backend, memory.capacity), gpus=pool.tp)
+                           chunk=dep.token_budget or chunk_tokens(backend, memory.capacity), gpus=pool.tp)
     if reserve is None:
         reserve = dep.isl + (dep.osl if backend.reserves_whole_sequence else dep.osl // 2)
     element = kv_element_bytes(dep.backend, config.quantization.gemm, dep.kv_cache_dtype)
@@ -495,11 +499,11 @@ class Priced:
     notes: list[str]
 
 
-def price(db: Database, dep: Deployment) -> Priced:
+def price(db: Database, dep: Deployment, served: Served | None = None) -> Priced:
     """The engine steps of ``dep`` from the op tables (module doc). Raises a ModperfError when a
     step cannot be priced (an op out of coverage, a shard that does not divide, an unknown model
-    or system)."""
-    served = serving_of(db, dep)
+    or system). ``served``: :func:`serving_of` ``dep``, when the caller has it already."""
+    served = served or serving_of(db, dep)
     notes, version, config, has_moe, chunk = list(served.notes), served.version, served.config, served.has_moe, \
         served.chunk
     backend = backend_of(dep.backend)
@@ -569,7 +573,7 @@ def serving_of(db: Database, dep: Deployment) -> Served:
     notes: list[str] = []
     version = _version_for(db, dep, notes)
     config = served_model(db, dep, notes)
-    chunk = chunk_tokens(backend_of(dep.backend), system_memory(dep.system).capacity)
+    chunk = dep.token_budget or chunk_tokens(backend_of(dep.backend), system_memory(dep.system).capacity)
     return Served(version, config, ffn_has_moe(config), chunk, tuple(notes))
 
 

@@ -36,7 +36,7 @@ def _say(text: str, style: str | None = None, indent: str = "") -> None:
 
 def describe(p: Point) -> str:
     """A deployment in a few words: ``tp4 b64 x2`` (agg: parallelism, batch per rank,
-    replicas); ``P 2x tp2 b1 / D 1x tp4 b64`` (disagg: each pool's workers, parallelism, batch)."""
+    replicas); ``P2:tp2 b1 D1:tp4 b64`` (disagg: each pool's workers, parallelism, batch)."""
     d = p.deployment
 
     def pool(x: Any) -> str:
@@ -50,7 +50,7 @@ def describe(p: Point) -> str:
     if d.mode == "agg":
         return pool(d.pool) + (f" x{p.replicas}" if p.replicas > 1 else "")
     assert d.prefill is not None and d.decode is not None
-    return f"P {d.prefill.workers}x{pool(d.prefill)} / D {d.decode.workers}x{pool(d.decode)}"
+    return f"P{d.prefill.workers}:{pool(d.prefill)} D{d.decode.workers}:{pool(d.decode)}"
 
 
 def _points_table(title: str, points: list[Point], many_backends: bool) -> Table:
@@ -84,11 +84,13 @@ def print_result(r: SearchResult, launch: bool) -> None:
     _say(f"{r.model} on {r.gpus} x {r.system}, isl {r.isl}, osl {r.osl}{load}; "
          f"{', '.join(r.backends)}" + (f" {r.version}" if r.version else ""), style="bold")
     _say("limits: " + (", ".join(limits) if limits else "none"))
+    _say("deployment: tp, dp, ep per worker, b requests per rank, xR replicas; P/D: prefill and decode "
+         "workers (docs/search.md)", style="dim")
     many = len(r.backends) > 1
     for m in r.modes:
         console.print()
         console.print(_points_table(f"{m} front: tokens/s/GPU vs tokens/s/user ({len(r.fronts[m])} points)",
-                                    r.fronts[m], many))
+                                    r.fronts[m], many), width=WIDTH)
     console.print()
     _say("best under the limits, per mode and backend", style="bold")
     if not r.best:
@@ -110,7 +112,8 @@ def print_result(r: SearchResult, launch: bool) -> None:
         for m in r.modes:
             if r.top[m]:
                 console.print()
-                console.print(_points_table(f"top {len(r.top[m])} {m}, by tokens/s/GPU", r.top[m], many))
+                console.print(_points_table(f"top {len(r.top[m])} {m}, by tokens/s/GPU", r.top[m], many),
+                              width=WIDTH)
     console.print()
     counts = Table(title="deployments searched", title_justify="left", box=None, pad_edge=False, padding=(0, 1))
     for name in ("mode", "found", "priced", "kept", *[HEADS.get(r, r) for r in REASONS]):
@@ -119,7 +122,7 @@ def print_result(r: SearchResult, launch: bool) -> None:
         c = r.total(m)
         counts.add_row(m, f"{c.enumerated:,}", f"{c.evaluated:,}", f"{c.kept:,}",
                        *(f"{c.left_out.get(x, 0):,}" for x in REASONS))
-    console.print(counts)
+    console.print(counts, width=WIDTH)
     _say("left out, first reasons:", style="dim")
     for m in r.modes:
         for reason, examples in r.total(m).examples.items():
@@ -141,9 +144,12 @@ def print_launch(r: SearchResult) -> None:
             shown.add(id(p))
             console.print()
             _say(f"# launch {m} #{rank} ({p.backend}): {describe(p)}", style="bold")
+            files: dict[str, str] = {}
             for proc in p.launch:
                 for name, text in proc["files"].items():
-                    console.print(escape(f"cat > {name} <<'EOF'\n{text}EOF"), soft_wrap=True)
+                    if files.get(name) != text:
+                        files[name] = text
+                        console.print(escape(f"cat > {name} <<'EOF'\n{text}EOF"), soft_wrap=True)
                 for note in proc["notes"]:
                     _say(f"# {note}", style="dim")
                 prefix = f"# {proc['role']}" + (f", node {proc['node']}" if proc["node"] else "")

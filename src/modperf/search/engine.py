@@ -13,12 +13,13 @@ provenance.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import errors as E
 from .. import limits
@@ -28,6 +29,7 @@ from ..predict import (
     Pool,
     PoolPriced,
     Prediction,
+    Served,
     constants_for,
     disagg_inputs,
     kv_capacity,
@@ -42,7 +44,7 @@ from ..predict import (
 from ..serving import disaggregated
 from ..versions import version_key
 from .launch import launch_commands
-from .space import BACKENDS, BATCHES, MODES, Layout, layouts, prefill_batches, worker_gpus
+from .space import BACKENDS, BATCHES, MODES, Layout, budgets, layouts, prefill_pools, worker_gpus
 
 if TYPE_CHECKING:
     from ..db import Database
@@ -61,6 +63,10 @@ TOP = limits.Range(1, 1000, "deployments listed per mode")
 _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 
 Progress = Callable[[int, int, Any], None]
+#: A deployment kept while searching: (tokens/s/GPU, tokens/s/user, TTFT, TPOT, GPUs, users,
+#: backend, its Point (agg) or what makes it (disagg)); a Point is made only for those reported.
+Candidate = tuple[float, float, float, float, int, int, str, Any]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,9 @@ class SearchResult:
     counts: dict[str, dict[str, Counts]]  # mode -> backend -> counts
     notes: list[str]
     seconds: float = 0.0
+    #: Every deployment kept (in the space, under the limits), per mode: only when asked
+    #: (``search(..., keep_points=True)``; it grows with the space).
+    kept: dict[str, list[Point]] | None = None
 
     def total(self, mode: str) -> Counts:
         out = Counts()
@@ -326,42 +335,54 @@ class _Backend:
         self.served = serving_of(db, replace(base, mode="agg", pool=Pool(tp=1, batch=1)))
         self.config = self.served.config
         self.has_moe = self.served.has_moe
-        self.native = self.config.native_heads
+        self.default_budget = self.served.chunk
+        self._served: dict[int, Served] = {}
 
     def layouts(self, gpus: int) -> list[Layout]:
         return layouts(self.base.backend, gpus, self.has_moe)
 
+    def served_at(self, budget: int) -> Served:
+        """What the backend's deployments share at one token budget (its chunk)."""
+        if budget not in self._served:
+            self._served[budget] = replace(self.served, chunk=budget)
+        return self._served[budget]
+
     # -- aggregated ----------------------------------------------------------------------
 
-    def aggregated(self, counts: Counts) -> list[Point]:
+    def aggregated(self, counts: Counts) -> list[Candidate]:
         dep0 = replace(self.base, mode="agg", pool=Pool(tp=1, batch=1))
         constants, source = constants_for(dep0)
-        kept: list[Point] = []
+        kept: list[Candidate] = []
         for g in worker_gpus(self.total):
             for layout in self.layouts(g):
-                kept += self._agg_layout(layout, counts, constants, source)
+                for budget in budgets(self.default_budget):
+                    kept += self._agg_layout(layout, budget, counts, constants, source)
                 self.tick()
         return kept
 
-    def _agg_layout(self, layout: Layout, counts: Counts, constants: Any, source: str) -> list[Point]:
+    def _agg_layout(self, layout: Layout, budget: int, counts: Counts, constants: Any, source: str
+                    ) -> list[Candidate]:
         g = layout.gpus
         most = self.total // g
         cache: dict[int, Prediction | tuple[str, str]] = {}
-        room = kv_capacity(self.config, self.base, _pool(layout, None))
+        base = replace(self.base, mode="agg", token_budget=budget)
+        served = self.served_at(budget)
+        room = kv_capacity(self.config, base, _pool(layout, None))
         memory_ok = room.rule_budget >= room.budget
+        where = f"{layout.label()} budget {budget}"
 
         def at(batch: int) -> Prediction | tuple[str, str]:
             if batch not in cache:
                 if not memory_ok or batch > room.max_running:
-                    cache[batch] = ("memory", f"{layout.label()} batch {batch}: {room.max_running} request(s) of "
+                    cache[batch] = ("memory", f"{where} batch {batch}: {room.max_running} request(s) of "
                                               f"{room.reserve} tokens fit per GPU ({room.weights / 2**30:.1f} GiB of "
                                               f"weights, {room.rule_budget / 2**30:.1f} GiB KV budget)")
                 else:
-                    dep = replace(self.base, mode="agg", pool=_pool(layout, batch))
+                    dep = replace(base, pool=_pool(layout, batch))
                     try:
-                        cache[batch] = solve(price(self.db, dep), constants, source)
+                        cache[batch] = solve(price(self.db, dep, served), constants, source)
                     except E.ModperfError as exc:
-                        cache[batch] = (_reason(exc), f"{layout.label()}: {exc.detail[:160]}")
+                        cache[batch] = (_reason(exc), f"{where}: {exc.detail[:160]}")
             return cache[batch]
 
         plans: list[tuple[int, int]] = []  # (replicas, batch per rank)
@@ -369,7 +390,7 @@ class _Backend:
             for r in range(1, most + 1):
                 share, left = divmod(self.concurrency, r * layout.attention_dp)
                 if left or share < 1:
-                    counts.leave_out("concurrency", 1, f"{layout.label()} x {r}: {self.concurrency} users do not "
+                    counts.leave_out("concurrency", 1, f"{where} x {r}: {self.concurrency} users do not "
                                                        f"split over {r * layout.attention_dp} ranks")
                 else:
                     plans.append((r, share))
@@ -385,17 +406,17 @@ class _Backend:
                         found = batch
                         break
                 if found is None:
-                    last = at(BATCHES[0])
-                    if isinstance(last, Prediction):
-                        counts.leave_out("rate", 1, f"{layout.label()} x {r}: no batch up to the memory and table "
-                                                    f"limits carries {self.rate:g} requests/s")
+                    first = at(BATCHES[0])
+                    if isinstance(first, Prediction):
+                        counts.leave_out("rate", 1, f"{where} x {r}: no batch up to the memory and table limits "
+                                                    f"carries {self.rate:g} requests/s")
                     else:
-                        counts.leave_out(last[0], 1, last[1])
+                        counts.leave_out(first[0], 1, first[1])
                 else:
                     plans.append((r, found))
         else:
             plans = [(most, b) for b in BATCHES]
-        out: list[Point] = []
+        out: list[Candidate] = []
         for r, batch in plans:
             got = at(batch)
             if not isinstance(got, Prediction):
@@ -407,24 +428,25 @@ class _Backend:
                 counts.left_out["over_limit"] += 1
                 continue
             counts.kept += 1
-            out.append(Point("agg", self.base.backend, got.ttft_ms, got.tpot_ms, got.tokens_per_s_per_gpu,
-                             got.tokens_per_s_per_user, g * r, got.serving["concurrency"] * r, r,
-                             got.deployment, got))
+            point = Point("agg", self.base.backend, got.ttft_ms, got.tpot_ms, got.tokens_per_s_per_gpu,
+                          got.tokens_per_s_per_user, g * r, got.serving["concurrency"] * r, r, got.deployment, got)
+            out.append((point.tokens_per_s_per_gpu, point.tokens_per_s_per_user, point.ttft_ms, point.tpot_ms,
+                        point.gpus, point.concurrency, self.base.backend, point))
         return out
 
     # -- disaggregated -------------------------------------------------------------------
 
-    def disaggregated(self, counts: Counts) -> list[Point]:
+    def disaggregated(self, counts: Counts) -> list[Candidate]:
         base = replace(self.base, mode="disagg")
         constants, _ = constants_for(base)
         total = self.total
-        chunk = self.served.chunk
-        pre: list[tuple[Layout, Pool, PoolPriced | tuple[str, str]]] = []
         sizes = [g for g in worker_gpus(total) if g < total]  # each pool leaves the other at least a GPU
+        pre: list[tuple[Layout, Pool, int, PoolPriced | tuple[str, str]]] = []
         for g in sizes:
             for layout in self.layouts(g):
-                room = kv_capacity(self.config, base, _pool(layout, None), reserve=self.base.isl)
-                for pb in prefill_batches(self.base.isl, chunk):
+                for budget, pb in prefill_pools(self.base.isl, self.default_budget):
+                    at_budget = replace(base, token_budget=budget)
+                    room = kv_capacity(self.config, at_budget, _pool(layout, None), reserve=self.base.isl)
                     pool = _pool(layout, pb)
                     got: PoolPriced | tuple[str, str]
                     if room.rule_budget < room.budget or pb > room.max_running:
@@ -432,37 +454,40 @@ class _Backend:
                                          f"{room.reserve} tokens fit per GPU")
                     else:
                         try:
-                            got = price_prefill_pool(self.db, replace(base, prefill=pool, decode=pool), self.served)
+                            got = price_prefill_pool(self.db, replace(at_budget, prefill=pool, decode=pool),
+                                                     self.served_at(budget))
                         except E.ModperfError as exc:
                             got = (_reason(exc), f"prefill {layout.label()}: {exc.detail[:160]}")
-                    pre.append((layout, pool, got))
+                    pre.append((layout, pool, budget, got))
                 self.tick()
-        decode_cache: dict[tuple[Layout, int], PoolPriced | tuple[str, str]] = {}
-        rooms: dict[Layout, Any] = {}
+        priced: dict[tuple[Layout, int], PoolPriced | tuple[str, str]] = {}
+        rooms: dict[tuple[Layout, int], Any] = {}
 
-        def decode(layout: Layout, batch: int) -> PoolPriced | tuple[str, str]:
+        def decode(layout: Layout, batch: int, budget: int) -> PoolPriced | tuple[str, str]:
+            """A decode pool: its memory at the deployment's budget (SGLang's reserve grows with
+            it), its step (the same at every budget)."""
+            room = rooms.get((layout, budget))
+            if room is None:
+                room = rooms[(layout, budget)] = kv_capacity(self.config, replace(base, token_budget=budget),
+                                                             _pool(layout, None))
+            if room.rule_budget < room.budget or batch > room.max_running:
+                return ("memory", f"decode {layout.label()} batch {batch}: {room.max_running} request(s) of "
+                                  f"{room.reserve} tokens fit per GPU")
             key = (layout, batch)
-            if key not in decode_cache:
-                room = rooms.get(layout)
-                if room is None:
-                    room = rooms[layout] = kv_capacity(self.config, base, _pool(layout, None))
-                if room.rule_budget < room.budget or batch > room.max_running:
-                    decode_cache[key] = ("memory", f"decode {layout.label()} batch {batch}: {room.max_running} "
-                                                   f"request(s) of {room.reserve} tokens fit per GPU")
-                else:
-                    pool = _pool(layout, batch)
-                    try:
-                        decode_cache[key] = price_decode_pool(self.db, replace(base, prefill=pool, decode=pool),
-                                                              self.served)
-                    except E.ModperfError as exc:
-                        decode_cache[key] = (_reason(exc), f"decode {layout.label()}: {exc.detail[:160]}")
-            return decode_cache[key]
+            if key not in priced:
+                pool = _pool(layout, batch)
+                try:
+                    priced[key] = price_decode_pool(self.db, replace(base, prefill=pool, decode=pool), self.served)
+                except E.ModperfError as exc:
+                    priced[key] = (_reason(exc), f"decode {layout.label()}: {exc.detail[:160]}")
+            return priced[key]
 
         decode_layouts = [layout for g in sizes for layout in self.layouts(g)]
-        points: list[tuple[float, float, float, float, int, int, int, Layout, int, int, int]] = []
+        points: list[Candidate] = []
+        self.prefill_pools: list[tuple[Layout, Pool, int, PoolPriced | tuple[str, str]]] = pre
         isl, osl = self.base.isl, self.base.osl
         lim = self.limits
-        for pi, (p_layout, _, p_got) in enumerate(pre):
+        for pi, (p_layout, _, budget, p_got) in enumerate(pre):
             gp, dp_p = p_layout.gpus, p_layout.attention_dp
             for d_layout in decode_layouts:
                 gd, dp_d = d_layout.gpus, d_layout.attention_dp
@@ -476,8 +501,8 @@ class _Backend:
                     continue
                 if self.concurrency is None and self.rate is None:
                     for batch in BATCHES:
-                        self._disagg_batch(pi, p_got, d_layout, batch, decode(d_layout, batch), splits, constants,
-                                           counts, points, gp, dp_p, gd, dp_d, isl, osl, lim)
+                        self._disagg_batch(pi, p_got, d_layout, batch, decode(d_layout, batch, budget), splits,
+                                           constants, counts, points, gp, dp_p, gd, dp_d, isl, osl, lim)
                     continue
                 for pw, dw in splits:
                     if self.concurrency is not None:
@@ -486,18 +511,21 @@ class _Backend:
                             counts.leave_out("concurrency", 1, f"decode {d_layout.label()} x {dw}: {self.concurrency} "
                                                                f"users do not split over {dw * dp_d} ranks")
                             continue
-                        self._disagg_batch(pi, p_got, d_layout, share, decode(d_layout, share), [(pw, dw)],
+                        self._disagg_batch(pi, p_got, d_layout, share, decode(d_layout, share, budget), [(pw, dw)],
                                            constants, counts, points, gp, dp_p, gd, dp_d, isl, osl, lim)
                         continue
-                    self._disagg_rate(pi, p_got, d_layout, decode, (pw, dw), constants, counts, points, gp, dp_p,
-                                      gd, dp_d, isl, osl, lim)
+                    self._disagg_rate(pi, p_got, d_layout, functools.partial(_at_budget, decode, budget), (pw, dw),
+                                      constants, counts, points, gp, dp_p, gd, dp_d, isl, osl, lim)
             self.tick()
-        out = []
-        for tps_gpu, tps_user, ttft, tpot, gpus, conc, pi, d_layout, batch, pw, dw in points:
-            p_layout, p_pool, _ = pre[pi]
-            dep = replace(base, prefill=replace(p_pool, workers=pw), decode=_pool(d_layout, batch, dw))
-            out.append(Point("disagg", base.backend, ttft, tpot, tps_gpu, tps_user, gpus, conc, 1, dep))
-        return out
+        return points
+
+    def point(self, c: Candidate) -> Point:
+        """The Point of a disaggregated candidate (made only for the points reported)."""
+        _, pi, d_layout, batch, pw, dw = c[7]
+        _, p_pool, budget, _ = self.prefill_pools[pi]
+        dep = replace(self.base, mode="disagg", token_budget=budget, prefill=replace(p_pool, workers=pw),
+                      decode=_pool(d_layout, batch, dw))
+        return Point("disagg", self.base.backend, c[2], c[3], c[0], c[1], c[4], c[5], 1, dep)
 
     def _disagg_batch(self, pi: int, p_got: PoolPriced, d_layout: Layout, batch: int,
                       d_got: PoolPriced | tuple[str, str], splits: Sequence[tuple[int, int]], constants: Any,
@@ -524,7 +552,8 @@ class _Backend:
             counts.kept += 1
             gpus = pw * gp + dw * gd
             points.append((tokens_per_s_per_gpu(conc, osl, times.ttft_ms, times.tpot_ms, gpus), 1000.0 / times.tpot_ms,
-                           times.ttft_ms, times.tpot_ms, gpus, conc, pi, d_layout, batch, pw, dw))
+                           times.ttft_ms, times.tpot_ms, gpus, conc, self.base.backend,
+                           (self, pi, d_layout, batch, pw, dw)))
 
     def _disagg_rate(self, pi: int, p_got: PoolPriced, d_layout: Layout,
                      decode: Callable[[Layout, int], PoolPriced | tuple[str, str]], split: tuple[int, int],
@@ -547,21 +576,40 @@ class _Backend:
         counts.leave_out("rate", 1, f"decode {d_layout.label()} x {dw}: no batch carries {self.rate:g} requests/s")
 
 
-def front(points: Iterable[Point]) -> list[Point]:
-    """The Pareto front of tokens/s/GPU against tokens/s/user: the points no other point
-    matches or beats on both (ties: the one with fewer GPUs), by tokens/s/user descending."""
-    ordered = sorted(points, key=lambda p: (-p.tokens_per_s_per_user, -p.tokens_per_s_per_gpu, p.gpus))
-    out: list[Point] = []
+def _at_budget(decode: Callable[[Layout, int, int], Any], budget: int, layout: Layout, batch: int) -> Any:
+    return decode(layout, batch, budget)
+
+
+def _pareto(items: list[_T], figures: Callable[[_T], tuple[float, float, int]]) -> list[_T]:
+    """The items no other item matches or beats on both tokens/s/GPU and tokens/s/user (of a
+    tie, the one with fewer GPUs), by tokens/s/user descending; ``figures``: (tokens/s/GPU,
+    tokens/s/user, GPUs) of an item."""
+    keyed = sorted((-f[1], -f[0], f[2], i) for i, f in enumerate(map(figures, items)))
+    out: list[_T] = []
     best = -math.inf
-    for p in ordered:
-        if p.tokens_per_s_per_gpu > best:
-            out.append(p)
-            best = p.tokens_per_s_per_gpu
+    for _, minus_gpu, _, i in keyed:
+        if -minus_gpu > best:
+            out.append(items[i])
+            best = -minus_gpu
     return out
 
 
-def _rank(points: Iterable[Point]) -> list[Point]:
-    return sorted(points, key=lambda p: (-p.tokens_per_s_per_gpu, -p.tokens_per_s_per_user, p.gpus))
+def front(points: Iterable[Point]) -> list[Point]:
+    """The Pareto front of tokens/s/GPU against tokens/s/user (:func:`_pareto`)."""
+    return _pareto(list(points), lambda p: (p.tokens_per_s_per_gpu, p.tokens_per_s_per_user, p.gpus))
+
+
+def _candidate_figures(c: Candidate) -> tuple[float, float, int]:
+    return c[0], c[1], c[4]
+
+
+def _rank(cands: Iterable[Candidate]) -> list[Candidate]:
+    return sorted(cands, key=lambda c: (-c[0], -c[1], c[4]))
+
+
+def _point(c: Candidate) -> Point:
+    payload = c[7]
+    return payload if isinstance(payload, Point) else payload[0].point(c)
 
 
 def search(db: Database, *, model: str, system: str, gpus: int, isl: int, osl: int, backend: str = "all",
@@ -569,7 +617,7 @@ def search(db: Database, *, model: str, system: str, gpus: int, isl: int, osl: i
            tpot_ms: float | None = None, tokens_per_user: float | None = None, concurrency: int | None = None,
            request_rate: float | None = None, gemm_type: str | None = None, moe_dtype: str | None = None,
            kv_cache_dtype: str | None = None, top: int = 5, launch: bool = False,
-           progress: Progress | None = None) -> SearchResult:
+           progress: Progress | None = None, keep_points: bool = False) -> SearchResult:
     """Which deployment of ``model`` to run on ``gpus`` GPUs of ``system`` for requests of
     ``isl`` input and ``osl`` output tokens (docs/search.md). Every argument changes the answer
     or is refused with a typed error."""
@@ -614,7 +662,7 @@ def search(db: Database, *, model: str, system: str, gpus: int, isl: int, osl: i
     sink, engine.plan_sink = engine.plan_sink, None  # restored below
     try:
         return _search(db, model, system, total, isl, osl, backend, version, modes, lim, concurrency, rate, gemm, moe,
-                       kv, top, launch, progress, notes, backends, start)
+                       kv, top, launch, progress, notes, backends, start, keep_points)
     finally:
         engine.plan_sink = sink
 
@@ -622,7 +670,7 @@ def search(db: Database, *, model: str, system: str, gpus: int, isl: int, osl: i
 def _search(db: Database, model: str, system: str, total: int, isl: int, osl: int, backend: str,
             version: str | None, modes: list[str], lim: Limits, concurrency: int | None, rate: float | None,
             gemm: str | None, moe: str | None, kv: str | None, top: int, launch: bool, progress: Progress | None,
-            notes: list[str], backends: list[str], start: float) -> SearchResult:
+            notes: list[str], backends: list[str], start: float, keep_points: bool) -> SearchResult:
     """:func:`search` past its checks, with the query engine's plan persistence off: a search
     asks thousands of one-off step shapes, and persisting each group's plan (each write walks
     the cache folder to bound it) would cost more than the search itself."""
@@ -653,37 +701,43 @@ def _search(db: Database, model: str, system: str, total: int, isl: int, osl: in
         if "agg" in modes:  # a tick per aggregated layout, per prefill layout and per prefill pool
             steps[0] += sum(len(searcher.layouts(g)) for g in worker_gpus(total))
         if "disagg" in modes:
-            per_layout = 1 + len(prefill_batches(isl, searcher.served.chunk))
+            per_layout = 1 + len(prefill_pools(isl, searcher.default_budget))
             steps[0] += sum(len(searcher.layouts(g)) for g in worker_gpus(total) if g < total) * per_layout
     if not searched:
         raise E.OptionValueError("no backend measured the dtypes asked", values={"notes": notes},
                                  fix="; ".join(notes) or "change the dtypes")
     counts: dict[str, dict[str, Counts]] = {m: {} for m in modes}
-    kept: dict[str, list[Point]] = {m: [] for m in modes}
+    kept: dict[str, list[Candidate]] = {m: [] for m in modes}
     for s in searched:
         for m in modes:
             c = counts[m].setdefault(s.base.backend, Counts())
             kept[m] += s.aggregated(c) if m == "agg" else s.disaggregated(c)
-    fronts = {m: front(kept[m]) for m in modes}
-    tops = {m: _rank(kept[m])[:top] for m in modes}
+    made: dict[int, Point] = {}
+
+    def point(c: Candidate) -> Point:
+        if id(c) not in made:
+            made[id(c)] = _point(c)
+        return made[id(c)]
+
+    fronts = {m: [point(c) for c in _pareto(kept[m], _candidate_figures)] for m in modes}
+    tops = {m: [point(c) for c in _rank(kept[m])[:top]] for m in modes}
     best: list[Point] = []
     for m in modes:
         for s in searched:
-            ranked = _rank(p for p in kept[m] if p.backend == s.base.backend)
+            ranked = _rank(c for c in kept[m] if c[6] == s.base.backend)
             if ranked:
-                best.append(ranked[0])
-    reported = {id(p): p for p in [*best, *(p for ps in fronts.values() for p in ps),
-                                   *(p for ps in tops.values() for p in ps)]}
-    for p in reported.values():
+                best.append(point(ranked[0]))
+    everything = {m: [point(c) for c in kept[m]] for m in modes} if keep_points else None
+    for p in made.values():
         if p.prediction is None:
             dep = p.deployment
             constants, source = constants_for(dep)
             p.prediction = solve(price(db, dep), constants, source)
     if launch:
         own = db.models.get(model).quantization
-        chunks = {s.base.backend: s.served.chunk for s in searched}
         for p in {id(p): p for p in [*best, *(p for ps in tops.values() for p in ps)]}.values():
-            p.launch = launch_commands(p.deployment, p.replicas, chunks[p.backend], (own.gemm, own.moe))
+            chunk = p.deployment.token_budget or next(s.default_budget for s in searched if s.base.backend == p.backend)
+            p.launch = launch_commands(p.deployment, p.replicas, chunk, (own.gemm, own.moe))
     for m in modes:
         if not kept[m]:
             notes.append(f"no {m} deployment is in the space" + (" under the limits" if lim != Limits() else ""))
@@ -691,7 +745,7 @@ def _search(db: Database, model: str, system: str, total: int, isl: int, osl: in
     return SearchResult(model, system, total, isl, osl, [s.base.backend for s in searched], modes, version, lim,
                         concurrency, rate, {"gemm_type": gemm or own.gemm, "moe_dtype": moe or own.moe,
                                             "kv_cache_dtype": kv},
-                        fronts, best, tops, counts, notes, time.perf_counter() - start)
+                        fronts, best, tops, counts, notes, time.perf_counter() - start, everything)
 
 
 __all__ = ["REASONS", "Counts", "Limits", "Point", "SearchResult", "front", "priced_how", "search"]

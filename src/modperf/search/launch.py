@@ -191,8 +191,8 @@ def launch_commands(dep: Deployment, replicas: int, chunk: int, config_quant: tu
                 if disagg == "prefill":
                     extra["disable_overlap_scheduler"] = True
             cmd = ["trtllm-serve", model, "--host", "localhost", "--port", str(port), *flags]
-            if extra:
-                name = f"{role.replace(' ', '_')}.yaml"
+            if extra:  # one file per pool: its workers are alike
+                name = f"trtllm_{disagg or 'agg'}.yaml"
                 files[name] = _yaml(extra) + "\n"
                 cmd += ["--config", name]
         text = " ".join([*_env(local, env_extra), *(_q(c) for c in cmd)])

@@ -25,11 +25,15 @@ from dataclasses import dataclass
 
 from ..deployment import divisors
 
-#: Requests per attention-DP rank the search sweeps where no concurrency is given: dense at
-#: low batch (where TPOT moves most), then about 25 % apart up to the largest running set any
-#: backend keeps (vLLM's default max_num_seqs is 1024).
-BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384,
-           448, 512, 640, 768, 896, 1024)
+#: Requests per attention-DP rank the search sweeps where no concurrency is given: every one up
+#: to 8 (where TPOT moves most), then 12-25 % apart up to the largest running set any backend
+#: keeps by default (vLLM's max_num_seqs is 1024).
+BATCHES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 144, 160,
+           192, 224, 256, 288, 320, 384, 448, 512, 576, 640, 768, 896, 1024)
+#: Per-step token budgets swept besides the backend's default (vLLM --max-num-batched-tokens,
+#: SGLang --chunked-prefill-size, TRT-LLM --max_num_tokens): smaller ones chunk long prompts and
+#: shorten the steps decodes wait through; larger ones pack more prompts per step.
+TOKEN_BUDGETS = (2048, 4096, 8192, 16384)
 BACKENDS = ("vllm", "sglang", "trtllm")
 MODES = ("agg", "disagg")
 
@@ -86,6 +90,29 @@ def layouts(backend: str, gpus: int, has_moe: bool) -> list[Layout]:
     return out
 
 
+def budgets(default: int) -> list[int]:
+    """The token budgets of the space: :data:`TOKEN_BUDGETS` and the backend's default."""
+    return sorted({*TOKEN_BUDGETS, default})
+
+
+def prefill_pools(isl: int, default: int) -> list[tuple[int, int]]:
+    """The distinct (token budget, requests packed per step) of a prefill worker: below the
+    input length a budget chunks the prompt (one request per step); from there on only the
+    packing differs (1, 2, 4, ... up to what the budget holds), so of the budgets that pack the
+    same number of requests the smallest is kept (the others price the same)."""
+    out: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    for budget in budgets(default):
+        if budget < isl:
+            out.append((budget, 1))
+            continue
+        for pb in prefill_batches(isl, budget):
+            if pb not in seen:
+                seen.add(pb)
+                out.append((budget, pb))
+    return out
+
+
 def prefill_batches(isl: int, chunk: int) -> list[int]:
     """Requests a prefill step may pack: 1, and every power of two up to what the per-step
     token budget holds (one when a request alone fills it)."""
@@ -99,4 +126,5 @@ def prefill_batches(isl: int, chunk: int) -> list[int]:
     return out
 
 
-__all__ = ["BACKENDS", "BATCHES", "MODES", "Layout", "layouts", "prefill_batches", "worker_gpus"]
+__all__ = ["BACKENDS", "BATCHES", "MODES", "TOKEN_BUDGETS", "Layout", "budgets", "layouts", "prefill_batches",
+           "prefill_pools", "worker_gpus"]

@@ -13,6 +13,7 @@ num_workers, tp_size, pp_size, attention_dp_size, moe_tp_size, moe_ep_size``.
 from __future__ import annotations
 
 import math
+import weakref
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -458,18 +459,35 @@ class _Steps:
         return sum(self.ms(prefill=SeqChunk(1, tokens, prefix)) for tokens, prefix in chunks(isl, chunk))
 
 
+#: Per database: (system, backend) -> the versions holding its GEMM table, for every pair its
+#: catalog holds any table of (every deployment priced asks; the catalog has hundreds of slots).
+_HELD: weakref.WeakKeyDictionary[Database, dict[tuple[str, str], frozenset[str]]] = weakref.WeakKeyDictionary()
+
+
+def _held(db: Database) -> dict[tuple[str, str], frozenset[str]]:
+    held = _HELD.get(db)
+    if held is None:
+        pairs: dict[tuple[str, str], set[str]] = {}
+        for r in db.store.catalog.slots:
+            versions = pairs.setdefault((str(r.system), str(r.backend)), set())
+            if r.table == "gemm":
+                versions.add(str(r.version))
+        held = _HELD[db] = {k: frozenset(v) for k, v in pairs.items()}
+    return held
+
+
 def _version_for(db: Database, dep: Deployment, notes: list[str]) -> str | None:
     """The deployment's backend version where the corpus holds that version's GEMM table for the
     system (then the other tables come from the nearest version holding them); otherwise None
     (each table takes the newest version held), said in a note. A version that holds only a
     scattered family (a MoE or communication sweep) does not anchor the step. A system and
     backend the corpus holds nothing of is an UnknownTableError naming the nearest."""
-    slots = [r for r in db.store.catalog.slots if r.system == dep.system and r.backend == dep.backend]
-    if not slots:
+    gemm_versions = _held(db).get((dep.system, dep.backend))
+    if gemm_versions is None:
         raise db.store.unknown_slot(dep.system, dep.backend, "(any version)", "gemm")
     if dep.version is None:
         return None
-    if dep.version in {r.version for r in slots if r.table == "gemm"}:
+    if dep.version in gemm_versions:
         return dep.version
     notes.append(f"backend version {dep.version} has no GEMM table for {dep.system} {dep.backend} in the corpus: "
                  "each table takes the newest version held (provenance.versions)")

@@ -44,7 +44,7 @@ from ..predict import (
 from ..serving import disaggregated
 from ..versions import version_key
 from .launch import launch_commands
-from .space import BACKENDS, BATCHES, MODES, Layout, budgets, layouts, prefill_pools, worker_gpus
+from .space import BACKENDS, BATCHES, DECODE_BATCHES, MODES, Layout, budgets, layouts, prefill_pools, worker_gpus
 
 if TYPE_CHECKING:
     from ..db import Database
@@ -496,11 +496,12 @@ class _Backend:
                 if not splits:
                     continue
                 if isinstance(p_got, tuple):
-                    n = len(splits) * (1 if self.concurrency is not None or self.rate is not None else len(BATCHES))
+                    n = len(splits) * (1 if self.concurrency is not None or self.rate is not None
+                                       else len(DECODE_BATCHES))
                     counts.leave_out(p_got[0], n, p_got[1])
                     continue
                 if self.concurrency is None and self.rate is None:
-                    for batch in BATCHES:
+                    for batch in DECODE_BATCHES:
                         self._disagg_batch(pi, p_got, d_layout, batch, decode(d_layout, batch, budget), splits,
                                            constants, counts, points, gp, dp_p, gd, dp_d, isl, osl, lim)
                     continue
@@ -562,7 +563,7 @@ class _Backend:
         """The smallest decode batch whose closed loop carries the request rate."""
         pw, dw = split
         assert self.rate is not None
-        for batch in BATCHES:
+        for batch in DECODE_BATCHES:
             d_got = decode(d_layout, batch)
             if isinstance(d_got, tuple):
                 counts.leave_out(d_got[0], 1, d_got[1])

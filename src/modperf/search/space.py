@@ -30,6 +30,11 @@ from ..deployment import divisors
 #: keeps by default (vLLM's max_num_seqs is 1024).
 BATCHES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 144, 160,
            192, 224, 256, 288, 320, 384, 448, 512, 576, 640, 768, 896, 1024)
+#: Requests per rank of a decode worker (disaggregated): a decode step is cheap to price and the
+#: decode batch alone sets TPOT, so the sweep is finer: every one up to 16, then steps of 2, 4
+#: and 8 up to 512, then as BATCHES.
+DECODE_BATCHES = (*range(1, 16), *range(16, 32, 2), *range(32, 128, 4), *range(128, 512, 8),
+                  *(b for b in BATCHES if b >= 512))
 #: Per-step token budgets swept besides the backend's default (vLLM --max-num-batched-tokens,
 #: SGLang --chunked-prefill-size, TRT-LLM --max_num_tokens): smaller ones chunk long prompts and
 #: shorten the steps decodes wait through; larger ones pack more prompts per step.
@@ -126,5 +131,5 @@ def prefill_batches(isl: int, chunk: int) -> list[int]:
     return out
 
 
-__all__ = ["BACKENDS", "BATCHES", "MODES", "TOKEN_BUDGETS", "Layout", "budgets", "layouts", "prefill_batches",
-           "prefill_pools", "worker_gpus"]
+__all__ = ["BACKENDS", "BATCHES", "DECODE_BATCHES", "MODES", "TOKEN_BUDGETS", "Layout", "budgets", "layouts",
+           "prefill_batches", "prefill_pools", "worker_gpus"]

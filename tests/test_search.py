@@ -15,7 +15,16 @@ from modperf import errors as E
 from modperf.predict import Deployment, Pool, constants_for, kv_capacity, predict, price, serving_of, solve
 from modperf.search import REASONS, front, search
 from modperf.search.files import write_outputs
-from modperf.search.space import BATCHES, Layout, budgets, layouts, prefill_batches, prefill_pools, worker_gpus
+from modperf.search.space import (
+    BATCHES,
+    DECODE_BATCHES,
+    Layout,
+    budgets,
+    layouts,
+    prefill_batches,
+    prefill_pools,
+    worker_gpus,
+)
 
 QWEN = dict(model="Qwen/Qwen3-32B", system="h200_sxm", gpus=8, isl=4000, osl=500)
 LIMITS = dict(ttft_ms=1000.0, tpot_ms=30.0)
@@ -108,7 +117,7 @@ def test_disaggregated_counts_add_up_and_each_split_fits_the_gpus(db: modperf.Da
     pairs = sum(1 for gp in sizes for gd in sizes for p in range(1, 8) for d in range(1, 8) if p * gp + d * gd <= 8)
     # budgets of the prefill workers: 2048 chunks the prompt; 4096, 8192 and 16384 pack 1, 2, 4
     assert prefill_pools(4000, 8192) == [(2048, 1), (4096, 1), (8192, 2), (16384, 4)]
-    assert c.enumerated == pairs * 4 * len(BATCHES)
+    assert c.enumerated == pairs * 4 * len(DECODE_BATCHES)
     assert qwen.kept is not None
     assert all(p.gpus <= 8 for p in qwen.kept["disagg"])
     best = next(p for p in qwen.best if p.mode == "disagg")

@@ -289,7 +289,7 @@ def search_command(
         emit_json(doc)
     else:
         print_result(result, launch)
-        for path in written:
-            _say(f"wrote {path}", style="dim")
+        for path in written:  # (a path longer than the line stays whole)
+            console.print(escape(f"wrote {path}"), style="dim", soft_wrap=True)
     if not any(result.top.values()):
         raise typer.Exit(1)

@@ -165,11 +165,8 @@ class Counts:
         self.kept += other.kept
         self.left_out.update(other.left_out)
         for reason, why in other.examples.items():
-            for w in why:
-                self.leave_out(reason, 0, None)
-                seen = self.examples.setdefault(reason, [])
-                if len(seen) < EXAMPLES and w not in seen:
-                    seen.append(w)
+            seen = self.examples.setdefault(reason, [])
+            seen += [w for w in why if w not in seen][:EXAMPLES - len(seen)]
 
     def to_dict(self) -> dict[str, Any]:
         return {"enumerated": self.enumerated, "evaluated": self.evaluated, "kept": self.kept,

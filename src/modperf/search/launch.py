@@ -30,10 +30,10 @@ multi-node launcher instead of ``CUDA_VISIBLE_DEVICES``.
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
+from ..jsonio import dumps
 from ..predict import Deployment, Pool, served_dtypes
 from ..roofline import gpu_spec
 
@@ -132,7 +132,7 @@ def _yaml(entries: dict[str, Any], indent: int = 0) -> str:
             lines.append(_yaml(value, indent + 2))
         elif isinstance(value, list):
             lines.append(f"{pad}{key}:")
-            lines += [f"{pad}  - {json.dumps(v)}" for v in value]
+            lines += [f"{pad}  - {dumps(v)}" for v in value]
         elif isinstance(value, bool):
             lines.append(f"{pad}{key}: {'true' if value else 'false'}")
         else:
@@ -179,7 +179,7 @@ def launch_commands(dep: Deployment, replicas: int, chunk: int, config_quant: tu
                 env_extra["VLLM_NIXL_SIDE_CHANNEL_PORT"] = NIXL_SIDE_CHANNEL_PORT + index * pool.attention_dp
                 transfer = {"kv_connector": "NixlConnector",
                             "kv_role": "kv_producer" if disagg == "prefill" else "kv_consumer"}
-                cmd += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+                cmd += ["--kv-transfer-config", dumps(transfer, separators=(",", ":"))]
         elif backend == "sglang":
             cmd = ["python", "-m", "sglang.launch_server", "--model-path", model, "--port", str(port), *flags,
                    *quant]

@@ -225,13 +225,10 @@ def misses(rows: list[dict[str, Any]], ours: dict[str, tuple[float, float]]) -> 
 
 
 def price_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every row priced as ``bench/silicon.py`` prices it (its user configs, its price_all)."""
-    from silicon import config_folder, price_all, user_configs
+    """Every row priced as ``bench/silicon.py`` prices it (its price_all)."""
+    from silicon import price_all
 
-    folder = config_folder()
-    db = modperf.open()
-    user_configs(folder, db)
-    return price_all(modperf.open(model_configs=[folder]), rows)
+    return price_all(modperf.open(), rows)
 
 
 def _child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str, int]:

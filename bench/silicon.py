@@ -7,10 +7,10 @@ The split is fixed (issue 14; docs/serving.md): a row is **evaluation** when
 re-exports of one measurement counted once) and writes them to
 ``src/modperf/serving_constants.py``; the headline is the evaluation rows.
 
-Model ids of the file that the corpus does not bundle under that name are given to modperf the
-way a user would, as a ``--model-configs`` folder (:data:`USER_CONFIGS`: the bench copies the
-bundled config of the same architecture under the file's id; the row's quant modes say how it is
-served). modperf itself never guesses one id for another.
+Model ids of the file that the corpus does not bundle under that name (a renamed repository, a
+served variant) are asked as the file writes them: modperf resolves each to its bundled config
+(modperf.model_names: a table of known names with their sources, never a guess), and the row's
+quant modes say how it is served.
 
     python bench/silicon.py                       # score every row with the fitted constants
     python bench/silicon.py --fit                 # fit on calibration rows, write the constants, score
@@ -43,7 +43,6 @@ import argparse
 import collections
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -53,6 +52,7 @@ import numpy as np
 
 import modperf
 from modperf import errors as E
+from modperf.model_names import KNOWN_NAMES
 from modperf.predict import Priced, deployment_from_row, price, solve
 from modperf.serving import Constants
 from modperf.silicon import question, silicon_rows
@@ -61,45 +61,16 @@ REPO = Path(__file__).resolve().parent.parent
 CONSTANTS_FILE = REPO / "src" / "modperf" / "serving_constants.py"
 
 #: Ids of the file without a bundled config under that name -> the bundled config of the same
-#: architecture (a user's --model-configs folder; the served dtypes come from the row).
-USER_CONFIGS = {
-    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
-    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
-    "zhipuai/GLM-5": "zai-org/GLM-5",
-    "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
-    "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
-}
+#: geometry, for the tool (which is given that config under the file's id); modperf resolves
+#: these names itself (modperf.model_names, the one home of the mapping).
+USER_CONFIGS = {name: target.partition("@")[0] for name, (target, _) in KNOWN_NAMES.items()
+                if name in {"meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-8B-Instruct",
+                            "nvidia/Llama-3.1-8B-Instruct-FP8", "zhipuai/GLM-5", "nvidia/DeepSeek-R1-NVFP4",
+                            "nvidia/Qwen3-32B-NVFP4"}}
 
 #: The best tool's figures on 800 stratified rows, as issue 14 states them (aiconfigurator 0.12.0);
 #: ``--tool`` measures it on the same rows instead.
 TOOL = {"answered": 0.60, "ttft": (0.51, 0.93, -0.41), "tpot": (0.22, 0.74, None)}
-
-
-def user_configs(folder: Path, db: modperf.Database) -> None:
-    for wanted, bundled in USER_CONFIGS.items():
-        if wanted in db.models.ids():
-            continue
-        source = db.models.get(bundled)
-        target = folder / (wanted.replace("/", "--") + "_config.json")
-        text = json.dumps(source.raw)
-        if not target.is_file() or target.read_text() != text:  # unchanged files keep their mtime
-            target.write_text(text)
-
-
-def config_folder() -> Path:
-    """Where the bench keeps :data:`USER_CONFIGS`' files between runs: ``bench-configs`` in the
-    user's cache folder (made 0700; refused when it is a link or another user's). The
-    persisted cache keys each table by the model configs' paths, sizes and mtimes: a fresh
-    folder per run would key every table again, which is most of a run's time."""
-    from modperf.cache_keys import cache_folder
-
-    folder = Path(cache_folder()) / "bench-configs"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = folder.lstat()
-    if folder.is_symlink() or not folder.is_dir() or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise SystemExit(f"{folder}: not a folder of this user's alone; remove it and run again")
-    return folder
 
 
 def cross_split_twins(rows: list[dict[str, Any]]) -> set[str]:
@@ -383,10 +354,7 @@ def main() -> int:
         rows_priced = rows + [r for r in sample if r["id"] not in listed]
     else:
         rows_priced = rows
-    folder = config_folder()
     db = modperf.open()
-    user_configs(folder, db)
-    db = modperf.open(model_configs=[folder])
     start = time.perf_counter()
     priced = price_all(db, rows_priced)
     seconds = time.perf_counter() - start

@@ -238,7 +238,7 @@ def test_kv_cache_dtype_changes_the_answer_and_predict_reproduces_it(db: modperf
      "--kv-cache-dtype int4: no h200_sxm/vllm attention table of Qwen/Qwen3-32B measured it"),
     (dict(gemm_type="nvfp4"), E.OptionValueError,
      "--gemm-type nvfp4: the h200_sxm/vllm gemm table (0.24.0) measured no such dtype"),
-    (dict(moe_dtype="fp8"), E.OptionValueError, "--moe-dtype fp8: Qwen/Qwen3-32B has no MoE layers"),
+    (dict(moe_dtype="fp8"), E.QueryFieldError, "moe_quant_mode fp8: Qwen/Qwen3-32B has no MoE layers"),
     (dict(tpot_ms=30.0, tokens_per_user=20.0), E.UsageError, "--tpot-ms and --tokens-per-user say the same limit"),
     (dict(concurrency=8, request_rate=1.0), E.UsageError, "--concurrency and --request-rate each fix the load"),
     (dict(ttft_ms=0.0), E.OptionValueError, "--ttft-ms must be a positive number"),

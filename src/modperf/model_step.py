@@ -25,11 +25,20 @@ from typing import TYPE_CHECKING, Any
 from . import errors as E
 from . import limits
 from .deployment import divisors, local_kv_heads, validate_tps
-from .estimate import COMPOSED_MLA_TABLES, DTYPE_COLUMNS, GEMM_TABLE, _choose_versions, _composes, _slot_tables
+from .estimate import (
+    COMPOSED_MLA_TABLES,
+    DTYPE_COLUMNS,
+    GEMM_TABLE,
+    _choose_versions,
+    _composes,
+    _slot_tables,
+    refuse_unknown_version,
+    refuse_unpriced_dtypes,
+)
 from .families import registry as family_registry
 from .families.custom_allreduce import bus_factor
 from .layers import AttentionLayer, FfnLayer, ffn_schedule, layer_schedule
-from .resolve import layer_kinds
+from .resolve import SERVED_COLUMNS, layer_kinds, serve, served_note
 from .roofline import GpuSpec, gpu_spec
 from .versions import version_key
 
@@ -177,6 +186,11 @@ class StepCost:
     ops: list[OpCost]
     versions: dict[str, str]
     notes: list[str]
+    #: Of ``notes``, those saying that a table was served from the framework folder it was filed
+    #: in (a misplaced library table): what every answer priced with it carries (predict).
+    served_from: list[str] = field(default_factory=list)
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -205,7 +219,7 @@ class StepCost:
             "decode": None if self.decode is None else vars(self.decode).copy(),
             "total_ms": self.total_ms, "complete": self.complete, "components": self.components,
             "ops": [op.to_dict() for op in self.ops], "not_covered": self.not_covered,
-            "versions": dict(self.versions), "notes": list(self.notes),
+            "versions": dict(self.versions), "notes": list(self.notes), "served": self.served,
         }
 
 
@@ -306,7 +320,9 @@ def _nearest(order: list[str], holding: list[str], anchor: str) -> str:
 
 def _plan(db: Database, model: str, system: str, backend: str, parallel: Parallel, version: str | None,
           dtypes: Mapping[str, str]) -> _Plan:
-    cfg = db.models.get(model)
+    # the weights' dtypes are the deployment's choice: the model served in them (modperf.resolve.serve)
+    asked = db.models.get(model)
+    cfg = serve(db.models, asked, dtypes)
     schedule = layer_schedule(cfg)
     attention = _groups(schedule.layers)
     ffn = _groups(ffn_schedule(cfg))
@@ -328,10 +344,8 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
                 _shard("shared expert width", block.shared_inter, tp, "tp", model)
     by_version = _slot_tables(db, system, backend)
     order = sorted(by_version, key=version_key)
-    if version is not None and version not in by_version:
-        raise E.OptionValueError(f"{system}/{backend} has no version {E.quote(version)}",
-                                 values={"version": version}, fix="versions: " + ", ".join(order))
-    notes: list[str] = []
+    refuse_unknown_version(by_version, system, backend, version)
+    notes: list[str] = [asked.resolution] if asked.resolution else []
     covered = [(layer, n) for layer, n, _ in attention if layer.covered]
     composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")
                 or _compose_instead(db, system, backend, layer, by_version, version)}
@@ -373,8 +387,12 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
     nccl = None
     if nccl_versions:
         nccl = gpu.nccl_version if gpu.nccl_version in nccl_versions else nccl_versions[-1]
+    refuse_unpriced_dtypes(db, system, backend, versions, dtypes)
+    served = served_note(cfg)
+    if served is not None:
+        notes.append(served)
     return _Plan(db, cfg, system, backend, parallel, gpu, attention, ffn, len(schedule.layers), composed, versions,
-                 missing, nccl, dict(dtypes), notes, hidden, vocab)
+                 missing, nccl, {k: v for k, v in dtypes.items() if k not in SERVED_COLUMNS}, notes, hidden, vocab)
 
 
 def _compose_instead(db: Database, system: str, backend: str, layer: AttentionLayer,
@@ -407,7 +425,7 @@ def _compose_instead(db: Database, system: str, backend: str, layer: AttentionLa
 def plan_for(db: Database, *, model: str, system: str, backend: str, parallel: Parallel, version: str | None = None,
              dtypes: Mapping[str, str] | None = None) -> _Plan:
     """The cached plan of one (model, system, backend, parallel, version, dtypes)."""
-    chosen = {k: v for k, v in (dtypes or {}).items() if v is not None}
+    chosen = {k: str(v) for k, v in (dtypes or {}).items() if v is not None}
     unknown = sorted(set(chosen) - set(STEP_DTYPE_COLUMNS))
     if unknown:
         raise E.UsageError(f"unknown dtype option(s) {', '.join(unknown)}", values={"dtypes": unknown},
@@ -453,6 +471,7 @@ class _Pricer:
         self.db = plan.db
         self.ops: list[OpCost] = []
         self.notes: list[str] = []
+        self.served_from: list[str] = []
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -482,9 +501,20 @@ class _Pricer:
                 break  # the key is resolved; this point (or this kernel) is what misses
         return fixed, kernels
 
-    def ask(self, table: str, fields: Mapping[str, Any], *, backend: str | None = None, version: str | None = None,
-            kernels: Callable[[str], bool] | None = None, kernel_class: str = "",
-            prefer: Mapping[str, Callable[[Any], bool]] | None = None) -> Answer:
+    def ask(self, table: str, fields: Mapping[str, Any], **kw: Any) -> Answer:
+        """One op's answer (:meth:`_ask`); where it comes from a library table served from the
+        framework folder it was filed in, the step's notes say so (once)."""
+        answer = self._ask(table, fields, **kw)
+        if answer.notes:  # (the served file's note is among them: only then is the slot looked up)
+            misplaced = self.db.ref(answer.system, answer.backend, answer.version, answer.table).misplaced
+            if misplaced is not None and misplaced.note not in self.served_from:
+                self.notes.append(misplaced.note)
+                self.served_from.append(misplaced.note)
+        return answer
+
+    def _ask(self, table: str, fields: Mapping[str, Any], *, backend: str | None = None, version: str | None = None,
+             kernels: Callable[[str], bool] | None = None, kernel_class: str = "",
+             prefer: Mapping[str, Callable[[Any], bool]] | None = None) -> Answer:
         plan = self.plan
         backend = backend or plan.backend
         if version is None:
@@ -741,12 +771,13 @@ class _Pricer:
             "topk": block.topk, "num_experts": block.experts, "moe_tp_size": par.moe_tp_size,
             "moe_ep_size": par.moe_ep}
         quant = plan.config.quantization.moe
-        if quant is not None and "moe_dtype" not in plan.dtypes:
+        if quant is not None:
             fields["moe_dtype"] = quant
         self.op(f"{name} experts", "moe", count, "moe", fields)
-        if self.ops[-1].ms is None and quant in MXFP4_KERNELS:
+        if self.ops[-1].ms is None and quant in MXFP4_KERNELS and quant == plan.config.checkpoint.moe:
             # an mxfp4 checkpoint runs on whichever mxfp4 kernel the backend has for the GPU
-            # (activations in bf16 on Hopper, in mxfp8 on Blackwell): the weights are the same
+            # (activations in bf16 on Hopper, in mxfp8 on Blackwell): the weights are the same (a
+            # kernel named as the deployment's choice is kept: its miss is the answer)
             missed = self.ops.pop()
             for other in MXFP4_KERNELS:
                 if other != quant:
@@ -923,13 +954,13 @@ def step_cost(db: Database, *, model: str, system: str, backend: str, parallel: 
             if op.table is not None and op.version is not None:
                 versions.setdefault(op.table, op.version)  # nccl / oneccl tables live under their library only
         done = StepCost(plan.model, system, backend, parallel, prefill, decode, pricer.ops, versions,
-                        [*plan.notes, *pricer.notes])
+                        [*plan.notes, *pricer.notes], pricer.served_from, served=plan.config.dtypes_served())
         with _PLAN_LOCK:
             if len(memo) >= STEP_MEMO:
                 memo.clear()
             memo[key] = done
     return StepCost(done.model, system, backend, parallel, prefill, decode, list(done.ops), dict(done.versions),
-                    list(done.notes))
+                    list(done.notes), list(done.served_from), dict(done.served))
 
 
 # --- estimate --scope model -----------------------------------------------------------------
@@ -968,6 +999,8 @@ class ModelEstimate:
     tps: list[ModelTpEstimate]
     notes: list[str]
     seconds: float = 0.0
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -977,8 +1010,8 @@ class ModelEstimate:
         return {"scope": "model", "model": self.model, "system": self.system, "backend": self.backend,
                 "isl": self.isl, "osl": self.osl, "batch": self.batch, "prefix": self.prefix,
                 "decode_kv": self.decode_kv, "decode_rule": self.decode_rule, "complete": self.complete,
-                "components": list(COMPONENTS), "tps": [t.to_dict() for t in self.tps], "notes": self.notes,
-                "seconds": round(self.seconds, 4)}
+                "components": list(COMPONENTS), "served": self.served, "tps": [t.to_dict() for t in self.tps],
+                "notes": self.notes, "seconds": round(self.seconds, 4)}
 
 
 def model_estimate(db: Database, *, model: str, system: str, backend: str, tps: Iterable[int], isl: int, osl: int,
@@ -1006,7 +1039,7 @@ def model_estimate(db: Database, *, model: str, system: str, backend: str, tps: 
             if note not in notes:
                 notes.append(note)
     return ModelEstimate(model, system, backend, isl, osl, batch, prefix, kv, rule, results, notes,
-                         time.perf_counter() - start)
+                         time.perf_counter() - start, results[0].prefill.served if results else {})
 
 
 __all__ = ["COMPONENTS", "OP_KINDS", "DecodePart", "ModelEstimate", "ModelTpEstimate", "OpCost", "Parallel", "SeqChunk",

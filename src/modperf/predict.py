@@ -23,6 +23,7 @@ from . import errors as E
 from . import limits
 from .layers import ffn_groups, layer_schedule
 from .model_step import DecodePart, Parallel, SeqChunk, StepCost, step_cost
+from .resolve import served_note
 from .roofline import bytes_of, gpu_spec
 from .serving import (
     AggInputs,
@@ -56,6 +57,10 @@ FIELDS = frozenset(TOP_FIELDS) | frozenset(CHOICE_FIELDS) | {f"{side}_{f}" for s
 #: Columns of the CSV a prediction ignores (measurements and provenance), accepted so that a
 #: row of the file can be passed as it is.
 IGNORED = frozenset({"silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms", "model"})
+
+#: A deployment as one JSON line (``predict --batch``), the example every fix about one shows.
+DEPLOYMENT_EXAMPLE = ('{"model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "vllm", "mode": "agg", '
+                      '"isl": 2048, "osl": 512, "batch_size": 8, "tp_size": 2}')
 
 _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
 #: Bytes a KV-cache element takes: bfloat16, or fp8 where the deployment runs fp8 KV
@@ -189,8 +194,8 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
     """A deployment from silicon_sample.csv columns (module doc); empty fields are left out.
     Every malformed field is a QueryFieldError naming it."""
     if not isinstance(row, Mapping):
-        raise E.QueryFieldError("a deployment is a JSON object of silicon_sample.csv columns", fix="e.g. "
-                                '{"model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "vllm", ...}')
+        raise E.QueryFieldError("a deployment is a JSON object of silicon_sample.csv columns",
+                                fix=f"e.g. {DEPLOYMENT_EXAMPLE}")
     unknown = sorted(k for k in row if k not in FIELDS and k not in IGNORED)
     if unknown:
         raise E.QueryFieldError(f"unknown field(s) {', '.join(map(E.quote, unknown[:8]))}",
@@ -262,19 +267,33 @@ def served_dtypes(own_gemm: str | None, own_moe: str | None, gemm: str | None, m
 
 
 def served_model(db: Database, dep: Deployment, notes: list[str] | None = None) -> ModelConfig:
-    """The model config with the deployment's dtypes (:func:`served_dtypes`): its own id where
-    they are the checkpoint's, else the served variant ``ID@gemm=..,moe=..``."""
+    """The model config with the deployment's dtypes (:func:`served_dtypes`), served as every
+    command serves a dtype choice (:meth:`modperf.models.ModelRegistry.served`): its own id where
+    they are the checkpoint's, else the served variant ``ID@gemm=..,moe=..``. A model without
+    MoE layers has no experts to serve: its MoE dtype is left out or repeats the GEMM dtype (as
+    silicon_sample.csv writes dense deployments); any other is refused (it would change nothing)."""
     config = db.models.get(dep.model)
+    if config.resolution and notes is not None:  # a name the config is not filed under: which answered
+        notes.append(config.resolution)
     own = config.quantization
-    gemm, moe, said = served_dtypes(own.gemm, own.moe, dep.gemm_quant, dep.moe_quant)
-    if not ffn_has_moe(config):
-        moe = own.moe
-        said = [n for n in said if not n.startswith("moe")]
+    moe_named = dep.moe_quant
+    if moe_named is not None and not ffn_has_moe(config):
+        if moe_named != dep.gemm_quant:
+            raise E.QueryFieldError(
+                f"moe_quant_mode {moe_named}: {config.model_id} has no MoE layers, so it would change nothing",
+                values={"field": "moe_quant_mode", "value": moe_named, "model": config.model_id},
+                fix="leave moe_quant_mode (--moe-quant) out for a dense model, and name its dtype as gemm_quant_mode "
+                    "(--gemm-quant)")
+        moe_named = None  # the file's convention for a dense deployment: the GEMM dtype, repeated
+    gemm, moe, said = served_dtypes(own.gemm, own.moe, dep.gemm_quant, moe_named)
     if notes is not None:
         notes.extend(said)
-    if (gemm, moe) == (own.gemm, own.moe) or gemm is None or moe is None:
-        return config
-    return db.models.get(f"{dep.model}@gemm={gemm},moe={moe}")
+    served = db.models.served(config, gemm=gemm, moe=moe)
+    if notes is not None:
+        chosen = served_note(served)
+        if chosen is not None and served is not config:
+            notes.append(chosen)
+    return served
 
 
 def ffn_has_moe(config: ModelConfig) -> bool:
@@ -412,13 +431,15 @@ class Prediction:
     serving: dict[str, Any]
     provenance: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.deployment.id, "ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms,
                 "tokens_per_s_per_user": self.tokens_per_s_per_user,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "gpus": self.gpus,
-                "deployment": self.deployment.to_dict(), "steps": self.steps, "serving": self.serving,
-                "provenance": self.provenance, "notes": self.notes}
+                "deployment": self.deployment.to_dict(), "served": self.served, "steps": self.steps,
+                "serving": self.serving, "provenance": self.provenance, "notes": self.notes}
 
 
 class _Steps:
@@ -448,6 +469,7 @@ class _Steps:
         for op in step.ops:
             self.kinds[op.kind] += op.count
         self.versions.update(step.versions)
+        self.notes.extend(n for n in step.served_from if n not in self.notes)  # where a misplaced table lies
         return step
 
     def ms(self, prefill: SeqChunk | None = None, decode: DecodePart | None = None) -> float:
@@ -515,6 +537,8 @@ class Priced:
     kinds: Counter[str]
     versions: dict[str, str]
     notes: list[str]
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
 
 def price(db: Database, dep: Deployment, served: Served | None = None) -> Priced:
@@ -562,7 +586,7 @@ def price(db: Database, dep: Deployment, served: Served | None = None) -> Priced
         memory_doc = {"weights_gib_per_gpu": weights / 2**30, "kv_budget_gib_per_gpu": budget / 2**30,
                       "kv_bytes_per_token": per_token, "max_running": max_running}
         return Priced(dep, inputs, steps, memory_doc, pool.batch * pool.attention_dp, pool.gpus_per_worker,
-                      priced.kinds, priced.versions, notes + priced.notes)
+                      priced.kinds, priced.versions, notes + priced.notes, config.dtypes_served())
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
     pre = price_prefill_pool(db, dep, served)
     dec = price_decode_pool(db, dep, served)
@@ -571,7 +595,8 @@ def price(db: Database, dep: Deployment, served: Served | None = None) -> Priced
     steps = {**pre.steps, **dec.steps}
     gpus = dep.prefill.workers * dep.prefill.gpus_per_worker + dep.decode.workers * dep.decode.gpus_per_worker
     return Priced(dep, inputs, steps, {"kv_transfer_bytes": pre.kv_transfer_bytes}, concurrency, gpus,
-                  pre.kinds + dec.kinds, {**pre.versions, **dec.versions}, notes + pre.notes + dec.notes)
+                  pre.kinds + dec.kinds, {**pre.versions, **dec.versions}, notes + pre.notes + dec.notes,
+                  config.dtypes_served())
 
 
 @dataclass(frozen=True)
@@ -667,7 +692,7 @@ def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
     provenance = {"versions": dict(sorted(priced.versions.items())), "kinds": dict(sorted(priced.kinds.items())),
                   "version_asked": dep.version}
     return Prediction(dep, times.ttft_ms, times.tpot_ms, 1000.0 / times.tpot_ms, per_gpu, priced.gpus,
-                      priced.steps, serving, provenance, list(priced.notes))
+                      priced.steps, serving, provenance, list(priced.notes), dict(priced.served))
 
 
 def predict(db: Database, dep: Deployment, *, fitted: bool = True) -> Prediction:

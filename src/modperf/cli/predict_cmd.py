@@ -12,11 +12,16 @@ from rich.table import Table
 from .. import errors as E
 from ..batch import error_line, parse_line, read_lines
 from ..db import Database
+from ..deployment import parse_tps
+from ..estimate import check_version
 from ..jsonio import dumps
-from ..predict import Prediction, deployment_from_row, predict
+from ..predict import DEPLOYMENT_EXAMPLE, Prediction, deployment_from_row, predict
 from ._app import app
-from ._batch import open_batch
-from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
+from ._batch import nothing_read, open_batch
+from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, WideOpt, console, emit_json, handles_errors, print_table
+
+#: What a batch line is, in a malformed line's fix.
+_LINE_FIX = f"one deployment per line: a JSON object of silicon_sample.csv columns, e.g. {DEPLOYMENT_EXAMPLE}"
 
 
 def _opt(name: str, help_text: str) -> Any:
@@ -27,7 +32,7 @@ def print_prediction(p: Prediction) -> None:
     d = p.deployment
     head = Table(title=escape(f"{d.model} on {d.system} {d.backend} ({d.mode}, isl {d.isl}, osl {d.osl})"),
                  show_header=False)
-    head.add_column("", no_wrap=True)
+    head.add_column("")
     head.add_column("", justify="right", no_wrap=True)
     head.add_row("TTFT ms", f"[bold]{p.ttft_ms:.1f}[/]")
     head.add_row("TPOT ms", f"[bold]{p.tpot_ms:.2f}[/]")
@@ -40,26 +45,57 @@ def print_prediction(p: Prediction) -> None:
             head.add_row(name.replace("_", " "), f"{p.serving[name]:.3f}")
     if "capacity_bound" in p.serving:
         head.add_row("prefill capacity decides TTFT", "yes" if p.serving["capacity_bound"] else "no")
-    console.print(head)
+    print_table(head)
     steps = Table(title="engine steps (ms)")
     steps.add_column("step", no_wrap=True)
-    steps.add_column("ms", justify="right")
+    steps.add_column("ms", justify="right", no_wrap=True)
     steps.add_column("shape")
     for name, step in p.steps.items():
         shape = ", ".join(f"{k} {v}" for k, v in step.items() if k not in ("ms", "components"))
         steps.add_row(name, f"{step['ms']:.3f}", escape(shape))
-    console.print(steps)
+    print_table(steps)
     decode = p.steps.get("decode", {}).get("components") or {}
     if decode:
         console.print("decode step by component: " + ", ".join(f"{k} {v:.3f}" for k, v in decode.items()),
                       style="dim")
     prov = p.provenance
-    console.print("versions: " + ", ".join(f"{t} {v}" for t, v in prov["versions"].items()), style="dim",
-                  soft_wrap=True)
+    console.print("versions: " + ", ".join(f"{t} {v}" for t, v in prov["versions"].items()), style="dim")
     console.print("ops by kind: " + ", ".join(f"{n} {k}" for k, n in prov["kinds"].items()), style="dim")
-    console.print(f"constants: {escape(p.serving['constants']['source'])}", style="dim", soft_wrap=True)
+    console.print(f"constants: {escape(p.serving['constants']['source'])}", style="dim")
     for note in p.notes:
-        console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
+        console.print(f"note: {escape(note)}", style="dim")
+
+
+def print_predictions(tps: list[Any], results: list[Prediction | E.ModperfError]) -> None:
+    """One column per tp (``--tp 1,2,4,8``); a tp that could not be predicted says why below."""
+    first = next((r for r in results if isinstance(r, Prediction)), None)
+    title = "predict"
+    if first is not None:
+        d = first.deployment
+        batch = d.pool.batch if d.pool else "-"
+        title = f"{d.model} on {d.system} {d.backend} ({d.mode}, isl {d.isl}, osl {d.osl}, batch {batch})"
+    grid = Table(title=escape(title))
+    grid.add_column("")
+    for t in tps:
+        grid.add_column(f"tp={t}", justify="right", no_wrap=True)
+    rows = (("TTFT ms", lambda p: f"[bold]{p.ttft_ms:.1f}[/]"), ("TPOT ms", lambda p: f"[bold]{p.tpot_ms:.2f}[/]"),
+            ("tokens/s per user", lambda p: f"{p.tokens_per_s_per_user:.1f}"),
+            ("tokens/s per GPU", lambda p: f"{p.tokens_per_s_per_gpu:.1f}"), ("GPUs", lambda p: str(p.gpus)))
+    for label, cell in rows:
+        grid.add_row(label, *[cell(r) if isinstance(r, Prediction) else "—" for r in results])
+    print_table(grid, [f"tp={t}" for t in tps][::-1])
+    for t, r in zip(tps, results):
+        if isinstance(r, E.ModperfError):
+            console.print(f"[red]not predicted[/] tp={t}: ({r.kind}) {escape(str(r))}")
+    notes: list[str] = []
+    for r in results:
+        if isinstance(r, Prediction):
+            notes += [n for n in r.notes if n not in notes]
+    if first is not None:
+        console.print(f"constants: {escape(first.serving['constants']['source'])}", style="dim")
+    for note in notes:
+        console.print(f"note: {escape(note)}", style="dim")
+    console.print("each tp's steps, versions and op kinds: --json, or one --tp at a time", style="dim")
 
 
 def _batch_size_or_file(value: str | None) -> tuple[int | None, str | None]:
@@ -86,7 +122,8 @@ def predict_command(
     batch: Annotated[str | None, _opt(
         "--batch", "Concurrent requests per attention-DP rank (agg); or a JSON-lines FILE (- for stdin) of "
                    "silicon_sample.csv rows, answered one JSON line each.")] = None,
-    tp: Annotated[int | None, _opt("--tp", "Tensor-parallel ranks per worker (agg).")] = None,
+    tp: Annotated[str | None, _opt("--tp", "Tensor-parallel ranks per worker (agg); a comma-separated list "
+                                         "(1,2,4,8) predicts each.")] = None,
     moe_tp: Annotated[int | None, _opt("--moe-tp", "MoE tensor-parallel ranks (default: GPUs / moe-ep).")] = None,
     moe_ep: Annotated[int | None, _opt("--moe-ep", "MoE expert-parallel ranks (default 1).")] = None,
     attention_dp: Annotated[int | None, _opt("--attention-dp", "Attention data-parallel ranks (default 1).")] = None,
@@ -115,6 +152,7 @@ def predict_command(
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Predict TTFT and TPOT of one deployment (docs/serving.md), or of JSON lines of them.
 
@@ -141,24 +179,48 @@ def predict_command(
     if missing:
         raise E.UsageError(f"missing {', '.join(missing)}", values={"missing": missing},
                            fix="modperf predict --model M --system S --backend B --isl N --osl N --batch N --tp N")
-    dep = deployment_from_row({k: v for k, v in row.items() if v is not None})  # a bad value: QueryFieldError, exit 2
-    result = predict(db, dep, fitted=not physics_only)
+    if version is not None and system is not None and backend is not None:
+        check_version(db, system, backend, version)  # a version the flag names: one the corpus holds
+    tps = parse_tps(tp) if tp is not None else [None]
+    if len(tps) > 1 and mode != "agg":
+        raise E.UsageError("--tp takes a list with --mode agg (disagg: --prefill-tp and --decode-tp)",
+                           values={"tp": tp, "mode": mode}, fix="give one --tp, or --mode agg")
+    results: list[Prediction | E.ModperfError] = []
+    for one in tps:
+        dep = deployment_from_row({k: v for k, v in {**row, "tp_size": one}.items() if v is not None})
+        if len(tps) == 1:  # one tp: its error is the command's (exit 2 for a bad value, 1 not covered)
+            results.append(predict(db, dep, fitted=not physics_only))
+            continue
+        try:
+            results.append(predict(db, dep, fitted=not physics_only))
+        except E.ModperfError as exc:  # one tp out of coverage: the others are still answered
+            results.append(exc)
+    if len(results) == 1:
+        assert isinstance(results[0], Prediction)
+        if json_out:
+            emit_json(results[0].to_dict())
+        else:
+            print_prediction(results[0])
+        return
     if json_out:
-        emit_json(result.to_dict())
+        emit_json({"tps": tps, "predictions": [r.to_dict() if isinstance(r, Prediction) else {"tp": t, **error_line(r)}
+                                              for t, r in zip(tps, results)]})
     else:
-        print_prediction(result)
+        print_predictions(tps, results)
+    raise typer.Exit(1 if any(isinstance(r, E.ModperfError) for r in results) else 0)
 
 
 def _run_batch(db: Database, path: str, *, fitted: bool) -> int:
     stream = open_batch(path)
-    failed = 0
+    failed = read = 0
     try:
         for number, line in enumerate(read_lines(stream), 1):
             row_id: Any = None
             try:
-                row = parse_line(number, line)
+                row = parse_line(number, line, _LINE_FIX)
                 if row is None:
                     continue
+                read += 1
                 row_id = row.get("id")
                 out = predict(db, deployment_from_row(row), fitted=fitted).to_dict()
             except Exception as exc:  # a bad line never stops the batch
@@ -172,4 +234,6 @@ def _run_batch(db: Database, path: str, *, fitted: bool) -> int:
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+    if not read:
+        nothing_read(path)
     return 1 if failed else 0

@@ -684,10 +684,7 @@ def _search(db: Database, model: str, system: str, total: int, isl: int, osl: in
     for b in backends:
         base = Deployment(model=model, system=system, backend=b, mode="agg", isl=isl, osl=osl, version=version,
                           gemm_quant=gemm, moe_quant=moe, kv_cache_dtype=kv)
-        searcher = _Backend(db, base, total, lim, concurrency, rate, tick)
-        if moe is not None and not searcher.has_moe:
-            raise E.OptionValueError(f"--moe-dtype {moe}: {model} has no MoE layers", values={"moe_dtype": moe},
-                                     fix="leave --moe-dtype out for a dense model")
+        searcher = _Backend(db, base, total, lim, concurrency, rate, tick)  # a dtype predict refuses: its error
         try:
             _check_dtypes(db, searcher.config, system, b, version, gemm, moe, kv, searcher.has_moe)
         except E.OptionValueError as exc:

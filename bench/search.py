@@ -15,11 +15,11 @@ for scoring). For each group with at least three answered rows:
 - **mode**: in groups holding agg and disagg rows, whether the pick's mode is the mode of the
   best measured row under the limit.
 
-Printed per side, backend and group mode (agg, disagg, both), for modperf (fitted constants,
-src/modperf/serving_constants.py) and, with ``--tool``, for aiconfigurator's own estimate of
-the same rows (bench/aiconfigurator_serving.py in child processes, answers cached as
-``bench/silicon.py --tool`` caches them): head to head on the groups both answer three rows of,
-using the rows both answer.
+Printed per side, backend and group mode (agg, disagg, both), for modperf (the constants each
+backend's module carries for its mode and GPU generation, src/modperf/serving/) and, with
+``--tool``, for aiconfigurator's own estimate of the same rows (bench/aiconfigurator_serving.py
+in child processes, answers cached as ``bench/silicon.py --tool`` caches them): head to head on
+the groups both answer three rows of, using the rows both answer.
 
 **Speed** (one run, child processes, interleaved): ``aiconfigurator cli default --model-path
 Qwen/Qwen3-32B --total-gpus 8 --system h200_sxm --backend vllm --isl 4000 --osl 500 --ttft 1000
@@ -86,8 +86,11 @@ def shape(row: dict[str, Any]) -> tuple[int, int] | None:
         assert dep.pool is not None and dep.pool.batch is not None
         return dep.pool.batch * dep.pool.attention_dp, dep.pool.gpus_per_worker
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
-    return (dep.decode.batch * dep.decode.workers * dep.decode.attention_dp,
-            dep.prefill.workers * dep.prefill.gpus_per_worker + dep.decode.workers * dep.decode.gpus_per_worker)
+    pw, dw = dep.prefill.workers, dep.decode.workers
+    if pw is None or dw is None:
+        return None
+    return (dep.decode.batch * dw * dep.decode.attention_dp,
+            pw * dep.prefill.gpus_per_worker + dw * dep.decode.gpus_per_worker)
 
 
 def groups(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
@@ -305,12 +308,11 @@ def main() -> int:
     if not args.skip_ranking:
         from silicon import USER_CONFIGS, predictions
 
-        from modperf import serving_constants as sc
-        from modperf.serving import Constants
-
         rows = silicon_rows()
         priced = price_rows(rows)
-        ours = predictions(rows, priced, {"agg": sc.AGG, "disagg": sc.DISAGG or Constants()})
+        # The constants each row's backend carries; a disaggregated row without worker counts is
+        # answered TPOT only (no tokens/s/GPU to rank by) and left out.
+        ours = {i: v for i, v in predictions(rows, priced).items() if v[0] is not None}
         sizes = [len(g) for g in groups(rows).values()]
         print(f"{len(rows):,} rows in {len(sizes)} (side, model, system, backend, isl, osl) groups, "
               f"{sum(s >= 3 for s in sizes)} of three rows or more; modperf answers {len(ours):,} rows")

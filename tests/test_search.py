@@ -12,7 +12,7 @@ import pytest
 
 import modperf
 from modperf import errors as E
-from modperf.predict import Deployment, Pool, constants_for, kv_capacity, predict, price, serving_of, solve
+from modperf.predict import Deployment, Pool, constants_for, pool_memory_of, predict, price, serving_of, solve
 from modperf.search import REASONS, front, search
 from modperf.search.files import write_outputs
 from modperf.search.space import (
@@ -76,15 +76,19 @@ def test_the_aggregated_space_is_every_layout_budget_and_batch_priced_by_hand(db
     """Each (tp, token budget, batch) of vLLM's aggregated space, priced here with predict and
     the memory rule: the kept set and every reason's count are the search's."""
     base = Deployment("Qwen/Qwen3-32B", "h200_sxm", "vllm", "agg", 4000, 500)
-    config = serving_of(db, replace(base, pool=Pool(tp=1, batch=1))).config
+    served = serving_of(db, replace(base, pool=Pool(tp=1, batch=1)))
     kept, why = set(), {r: 0 for r in REASONS}
     assert budgets(8192) == [2048, 4096, 8192, 16384]
     for g in worker_gpus(8):
         assert layouts("vllm", g, has_moe=False) == [Layout(g)]
         for budget in budgets(8192):
-            room = kv_capacity(config, replace(base, token_budget=budget), Pool(tp=g))
+            at_budget = replace(base, token_budget=budget)
+            try:
+                running = pool_memory_of(at_budget, Pool(tp=g), replace(served, chunk=budget)).max_running
+            except E.DeploymentFitError:
+                running = 0
             for batch in BATCHES:
-                if batch > room.max_running:
+                if batch > running:
                     why["memory"] += 1
                     continue
                 try:
@@ -104,7 +108,7 @@ def test_the_aggregated_space_is_every_layout_budget_and_batch_priced_by_hand(db
     assert counts.enumerated == 4 * 4 * len(BATCHES) == counts.kept + sum(counts.left_out.values())
     assert counts.evaluated == counts.kept + counts.left_out["over_limit"]
     # the memory rule prunes tp1 at 60 running requests of 4000 + 250 tokens (vLLM allocates as it goes)
-    assert kv_capacity(config, base, Pool(tp=1)).max_running == 60
+    assert pool_memory_of(base, Pool(tp=1), served).max_running == 60
     assert "tp1 budget 2048 batch 64: 60 request(s) of 4250 tokens fit per GPU" in counts.examples["memory"][0]
 
 

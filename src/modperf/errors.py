@@ -531,6 +531,13 @@ class ShardError(QueryFieldError):
     kind = "shard"
 
 
+class DeploymentFitError(UsageError):
+    """A deployment that cannot run: its weights, or one request's KV cache, exceed a GPU's
+    memory in one of its pools. The message gives the figures."""
+
+    kind = "does_not_fit"
+
+
 class NotCoveredError(ModperfError):
     """The table holds no bucket for the requested key: a native head count it never measured,
     or a key (dtype, kernel, kv heads...) it does not hold. Lists what it does hold."""

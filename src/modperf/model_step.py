@@ -16,6 +16,7 @@ query (kernels, distributions, dtypes), so a warm step costs a few dozen grid lo
 
 from __future__ import annotations
 
+import bisect
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -39,7 +40,7 @@ from .families import registry as family_registry
 from .families.custom_allreduce import bus_factor
 from .layers import AttentionLayer, FfnLayer, ffn_schedule, layer_schedule
 from .resolve import SERVED_COLUMNS, layer_kinds, serve, served_note
-from .roofline import GpuSpec, gpu_spec
+from .roofline import GpuSpec, bytes_of, gpu_spec
 from .versions import version_key
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ MXFP4_KERNELS = ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")
 SPLIT_AXES: dict[str, tuple[str, ...]] = {"gemm": ("m", "n"), "moe": ("num_tokens",)}
 _MISS = (E.NotCoveredError, E.OutOfCoverageError, E.QueryFieldError, E.UnknownTableError)
 _AXES = frozenset({"m", "n", "k", "num_tokens", "batch_size", "isl", "step", "seq_len", "message_size"})
+#: How a step's notes name an MLA layer composed from its parts although module tables exist.
+COMPOSED_FALLBACK = "MLA composed from its parts where the module tables cannot answer"
 _SLOT_FIELDS = ("table", "system", "backend", "version", "model", "native_heads")
 
 
@@ -161,6 +164,11 @@ class OpCost:
     fields: dict[str, Any] = field(default_factory=dict)  # the shape asked (and the key resolved)
     reason: str | None = None  # why not covered
     backend: str | None = None  # the slot's backend (a collective library for nccl / oneccl)
+    #: What graph replay removes per occurrence: the table's per-call floor above the GPU's own
+    #: (``graphed`` steps only; docs/serving.md, "What a served step pays").
+    isolation_ms: float | None = None
+    #: Set where the table answered from another native head count (``allow_substitute``).
+    substitution: str | None = None
 
     @property
     def total_ms(self) -> float | None:
@@ -169,7 +177,8 @@ class OpCost:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "component": self.component, "table": self.table, "backend": self.backend,
                 "version": self.version, "kind": self.kind, "ms": self.ms, "count": self.count,
-                "total_ms": self.total_ms, "fields": self.fields, "reason": self.reason}
+                "total_ms": self.total_ms, "fields": self.fields, "reason": self.reason,
+                "isolation_ms": self.isolation_ms, "substitution": self.substitution}
 
 
 @dataclass
@@ -347,8 +356,13 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
     refuse_unknown_version(by_version, system, backend, version)
     notes: list[str] = [asked.resolution] if asked.resolution else []
     covered = [(layer, n) for layer, n, _ in attention if layer.covered]
-    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")
-                or _compose_instead(db, system, backend, layer, by_version, version)}
+    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")}
+    instead = {layer for layer, _ in covered if layer not in composed
+               and _compose_instead(db, system, backend, layer, by_version, version)}
+    if instead:
+        notes.append(f"{COMPOSED_FALLBACK}: {', '.join(sorted({layer.label for layer in instead}))} (the module "
+                     "tables hold no bucket of the native head count, or not beside the parts)")
+    composed |= instead
     attention_tables: list[str] = []
     for layer, _ in covered:
         for t in (COMPOSED_MLA_TABLES if layer in composed else (layer.context_table, layer.generation_table)):
@@ -441,6 +455,70 @@ def plan_for(db: Database, *, model: str, system: str, backend: str, parallel: P
     return plan
 
 
+# --- what isolation adds -------------------------------------------------------------------
+
+#: A GEMM whose weight has at most this many elements has stopped getting faster with shape: at
+#: a given m, such points measure the table's per-call floor (docs/serving.md).
+FLOOR_ELEMENTS = 1 << 22
+#: Points below the floor size a bucket needs at one m for its floor to be read there.
+FLOOR_POINTS = 3
+
+
+@dataclass(frozen=True)
+class GemmFloors:
+    """Per-call floors of one GEMM table: per bucket (its key tuple), the median latency (ms) of
+    its floor-sized points at each measured m; and per m, the GPU's own floor: the lowest bucket
+    floor of the table (one plain kernel, replayed in a graph)."""
+
+    key_names: tuple[str, ...]
+    buckets: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]]
+    gpu: tuple[tuple[int, ...], tuple[float, ...]]
+
+    @staticmethod
+    def at(series: tuple[tuple[int, ...], tuple[float, ...]], m: int) -> float | None:
+        """The floor at the largest measured m not above ``m`` (the smallest measured m below it)."""
+        ms, floors = series
+        if not ms:
+            return None
+        i = bisect.bisect_right(ms, m) - 1
+        return floors[max(i, 0)]
+
+
+_FLOORS: weakref.WeakKeyDictionary[Database, dict[tuple[str, str, str], GemmFloors]] = weakref.WeakKeyDictionary()
+
+
+def gemm_floors(db: Database, system: str, backend: str, version: str) -> GemmFloors:
+    """The per-call floors of a GEMM table (cached per database)."""
+    key = (system, backend, version)
+    with _PLAN_LOCK:
+        cached = _FLOORS.setdefault(db, {}).get(key)
+    if cached is not None:
+        return cached
+    import numpy as np
+
+    keyed = db.table(system, backend, version, GEMM_TABLE)
+    m_all, n_all, k_all = (keyed.axes[a] for a in ("m", "n", "k"))
+    buckets: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+    lowest: dict[int, float] = {}
+    for b, bucket in enumerate(keyed.bucket_keys):
+        lo, hi = int(keyed.offsets[b]), int(keyed.offsets[b + 1])
+        m, lat = m_all[lo:hi].astype(np.int64), keyed.latency[lo:hi]
+        small = (n_all[lo:hi].astype(np.int64) * k_all[lo:hi].astype(np.int64)) <= FLOOR_ELEMENTS
+        ms, floors = [], []
+        for value in np.unique(m[small]):
+            pick = small & (m == value)
+            if int(pick.sum()) >= FLOOR_POINTS:
+                ms.append(int(value))
+                floors.append(float(np.median(lat[pick])))
+                lowest[int(value)] = min(lowest.get(int(value), floors[-1]), floors[-1])
+        buckets[tuple(bucket)] = (tuple(ms), tuple(floors))
+    gpu_m = tuple(sorted(lowest))
+    out = GemmFloors(tuple(keyed.key_names), buckets, (gpu_m, tuple(lowest[m] for m in gpu_m)))
+    with _PLAN_LOCK:
+        _FLOORS[db][key] = out
+    return out
+
+
 # --- pricing --------------------------------------------------------------------------------
 
 
@@ -466,12 +544,14 @@ def _pick(name: str, values: list[Any], prefer: Mapping[str, Callable[[Any], boo
 class _Pricer:
     """Prices the ops of one step from a plan."""
 
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: _Plan, graphed: bool = False, allow_substitute: bool = False) -> None:
         self.plan = plan
         self.db = plan.db
         self.ops: list[OpCost] = []
         self.notes: list[str] = []
         self.served_from: list[str] = []
+        self.graphed = graphed
+        self.allow_substitute = allow_substitute
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -576,7 +656,8 @@ class _Pricer:
                                    _reason(exc), backend))
             return
         shape = {k: v for k, v in a.fields.items() if k not in _SLOT_FIELDS}
-        self.ops.append(OpCost(name, component, table, a.version, a.kind, a.latency_ms, count, shape, None, backend))
+        self.ops.append(OpCost(name, component, table, a.version, a.kind, a.latency_ms, count, shape, None, backend,
+                               substitution=a.substitution))
 
     def _split(self, table: str, fields: Mapping[str, Any], exc: E.OutOfCoverageError, kw: Mapping[str, Any]
                ) -> tuple[float, str, int, str, str] | None:
@@ -619,6 +700,31 @@ class _Pricer:
         else:
             fields["model"] = self.plan.model
         self.op(name, "gemm", count, GEMM_TABLE, fields)
+        if self.graphed:
+            self._replayed(self.ops[-1], m, n, k)
+
+    def _replayed(self, op: OpCost, m: int, n: int, k: int) -> None:
+        """A GEMM as a CUDA graph replays it: the table's per-call floor above the GPU's own is
+        what an isolated call adds (host-side work, dynamic activation scaling); it is removed,
+        never below the GPU's floor plus the weight read at the system's bandwidth, never above
+        the table's answer."""
+        if op.ms is None or op.version is None or "split" in op.fields:
+            return
+        floors = gemm_floors(self.db, self.plan.system, op.backend or self.plan.backend, op.version)
+        try:
+            bucket = tuple(op.fields[name] for name in floors.key_names)
+        except KeyError:
+            return
+        series = floors.buckets.get(bucket)
+        floor = GemmFloors.at(series, m) if series else None
+        gpu = GemmFloors.at(floors.gpu, m)
+        if floor is None or gpu is None or floor <= gpu:
+            return
+        dtype = str(op.fields.get("gemm_dtype") or ACTIVATION_DTYPE)
+        read = gpu + self.plan.gpu.memory_ms(n * k * bytes_of(dtype)) - self.plan.gpu.mem_latency * 1e3
+        replayed = min(op.ms, max(op.ms - (floor - gpu), read))
+        op.isolation_ms = op.ms - replayed
+        op.ms = replayed
 
     # -- the step --------------------------------------------------------------------------
 
@@ -688,6 +794,8 @@ class _Pricer:
             if table not in plan.missing and "beam_width" in self.db.table(
                     plan.system, plan.backend, plan.versions[table], table).key_names:
                 fields["beam_width"] = 1
+            if self.allow_substitute:
+                fields["allow_substitute"] = True
             self.op(f"{name} attention ({'prefill' if phase == 'context' else 'decode'})", "attention", count,
                     table, fields)
         if not family.projections_in_rows:  # GQA: the kernel tables hold no projections
@@ -932,22 +1040,28 @@ STEP_MEMO = 1 << 16
 
 def step_cost(db: Database, *, model: str, system: str, backend: str, parallel: Parallel, version: str | None = None,
               prefill: SeqChunk | None = None, decode: DecodePart | None = None,
-              dtypes: Mapping[str, str] | None = None) -> StepCost:
-    """What one forward step of ``model`` costs on one attention-DP rank (module doc)."""
+              dtypes: Mapping[str, str] | None = None, graphed: bool = False,
+              allow_substitute: bool = False) -> StepCost:
+    """What one forward step of ``model`` costs on one attention-DP rank (module doc).
+    ``graphed``: the step as a CUDA graph replays it (a decode step of a served engine): each
+    GEMM without the per-call floor its isolated measurement adds (:func:`gemm_floors`).
+    ``allow_substitute``: an attention module table without the model's native head count
+    answers from its nearest native (at the rank's local heads, per head along the heads axis);
+    each such op says so (``OpCost.substitution``)."""
     if not isinstance(parallel, Parallel):
         raise E.UsageError("parallel must be a modperf.model_step.Parallel", values={"parallel": repr(parallel)},
                            fix="pass parallel=Parallel(tp=...)")
     _validate_parts(prefill, decode)
     key = (model, system, backend, parallel, version, tuple(sorted((dtypes or {}).items())),
            None if prefill is None else (prefill.batch, prefill.tokens, prefill.prefix),
-           None if decode is None else (decode.batch, decode.kv))
+           None if decode is None else (decode.batch, decode.kv), graphed, allow_substitute)
     with _PLAN_LOCK:
         memo = _STEPS.setdefault(db, {})
         done = memo.get(key)
     if done is None:
         plan = plan_for(db, model=model, system=system, backend=backend, parallel=parallel, version=version,
                         dtypes=dtypes)
-        pricer = _Pricer(plan)
+        pricer = _Pricer(plan, graphed, allow_substitute)
         pricer.step(prefill, decode)
         versions: dict[str, str] = {}
         for op in pricer.ops:

@@ -43,8 +43,8 @@ RENDERED: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "estimate attention": (("estimate", "--model", "moonshotai/Kimi-K3", "--system", "gb300", "--backend", "vllm",
                             "--tp", "1,2,4,8", "--isl", "2048", "--osl", "512", "--batch", "8", "--scope",
                             "attention"), ("│ local heads ", "│ MLA x24 prefill ", "│ MLA kernel (decode) ")),
-    "predict": (V3_PREDICT, ("│ TTFT ms ", "206.7", "│ TPOT ms ", "23.81", "│ prefill_one ")),
-    "predict tps": (V3_PREDICT_TPS, ("│ TTFT ms ", "206.7", "│ GPUs ", "not predicted tp=4")),
+    "predict": (V3_PREDICT, ("│ TTFT ms ", "200.9", "│ TPOT ms ", "18.38", "│ prefill_one ")),
+    "predict tps": (V3_PREDICT_TPS, ("│ TTFT ms ", "200.9", "│ GPUs ", "not predicted tp=4")),
     "ls": (("ls", "--system", "gb300"), ("61 tables, system gb300", "│ mla_context_module ", "--all lists them")),
     "check": (("check", "--table", "mla_context_module"), ("│ mla_module ", "tables, 107,467 rows checked")),
     "check warning": (("check", str(NCCL_MISPLACED)), ("WARN misplaced_table:", "│ collective ")),
@@ -266,7 +266,7 @@ def test_a_malformed_predict_line_shows_a_deployment_line(tmp_path: Path) -> Non
     good, bad = (json.loads(line) for line in result.stdout.splitlines())
     assert result.returncode == 1
     # the example itself is a deployment predict answers (Qwen3-32B tp 2 on h200 vllm)
-    assert round(good["ttft_ms"], 1) == 211.1 and round(good["tpot_ms"], 2) == 12.98
+    assert round(good["ttft_ms"], 1) == 209.4 and round(good["tpot_ms"], 2) == 13.92
     assert bad["error"]["fix"] == ("one deployment per line: a JSON object of silicon_sample.csv columns, e.g. "
                                    + DEPLOYMENT_EXAMPLE)
     assert '"table"' not in bad["error"]["fix"]
@@ -280,7 +280,7 @@ def test_a_renamed_model_resolves_to_its_config_and_says_which() -> None:
     renamed = json.loads(user("predict", "--model", "meta-llama/Llama-3.1-70B", *args, "--json").stdout)
     bundled = json.loads(user("predict", "--model", "meta-llama/Meta-Llama-3.1-70B", *args, "--json").stdout)
     assert (renamed["ttft_ms"], renamed["tpot_ms"]) == (bundled["ttft_ms"], bundled["tpot_ms"])
-    assert round(renamed["ttft_ms"], 1) == 280.6 and round(renamed["tpot_ms"], 2) == 9.12
+    assert round(renamed["ttft_ms"], 1) == 266.5 and round(renamed["tpot_ms"], 2) == 9.56
     assert renamed["notes"][0] == ("meta-llama/Llama-3.1-70B answered from the bundled config "
                                    "meta-llama/Meta-Llama-3.1-70B (Hugging Face renamed the Llama 3.1 repositories "
                                    "meta-llama/Meta-Llama-3.1-* to meta-llama/Llama-3.1-*)")
@@ -293,12 +293,13 @@ def test_predict_takes_a_tp_list_one_answer_per_tp() -> None:
     found = json.loads(result.stdout)
     assert result.returncode == 1  # tp 4 does not fit: a partial answer, as estimate's
     assert found["tps"] == [4, 8]
-    assert found["predictions"][0]["error"]["kind"] == "not_covered"
-    assert "at tp 4 does not fit one request of 2048 + 512 tokens" in found["predictions"][0]["error"]["message"]
-    assert found["predictions"][1]["ttft_ms"] == single["ttft_ms"] and round(single["ttft_ms"], 1) == 206.7
+    assert found["predictions"][0]["error"]["kind"] == "does_not_fit"  # an impossible deployment, with its figures
+    assert ("deepseek-ai/DeepSeek-V3 does not fit one GPU on h200_sxm: its weights take 156.7 GiB per GPU at tp 4"
+            in found["predictions"][0]["error"]["message"])
+    assert found["predictions"][1]["ttft_ms"] == single["ttft_ms"] and round(single["ttft_ms"], 1) == 200.9
     table = user(*V3_PREDICT_TPS).stdout
     ttft = next(line for line in table.splitlines() if line.startswith("│ TTFT ms"))
-    assert [c.strip() for c in ttft.split("│")[2:4]] == ["—", "206.7"]
+    assert [c.strip() for c in ttft.split("│")[2:4]] == ["—", "200.9"]
 
 
 def test_no_cache_is_accepted_after_the_command() -> None:

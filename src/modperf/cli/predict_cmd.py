@@ -34,11 +34,12 @@ def print_prediction(p: Prediction) -> None:
                  show_header=False)
     head.add_column("")
     head.add_column("", justify="right", no_wrap=True)
-    head.add_row("TTFT ms", f"[bold]{p.ttft_ms:.1f}[/]")
+    head.add_row("TTFT ms", f"[bold]{p.ttft_ms:.1f}[/]" if p.ttft_ms is not None else "not answered")
     head.add_row("TPOT ms", f"[bold]{p.tpot_ms:.2f}[/]")
     head.add_row("tokens/s per user", f"{p.tokens_per_s_per_user:.1f}")
-    head.add_row("tokens/s per GPU", f"{p.tokens_per_s_per_gpu:.1f}")
-    head.add_row("GPUs", str(p.gpus))
+    head.add_row("tokens/s per GPU", f"{p.tokens_per_s_per_gpu:.1f}" if p.tokens_per_s_per_gpu is not None
+                 else "not answered")
+    head.add_row("GPUs", str(p.gpus) if p.gpus is not None else "not given")
     for name in ("requests_per_s_per_rank", "prefill_utilisation", "queue_ms", "admission_wait_ms",
                  "kv_transfer_ms"):
         if name in p.serving:
@@ -62,6 +63,8 @@ def print_prediction(p: Prediction) -> None:
     console.print("versions: " + ", ".join(f"{t} {v}" for t, v in prov["versions"].items()), style="dim")
     console.print("ops by kind: " + ", ".join(f"{n} {k}" for k, n in prov["kinds"].items()), style="dim")
     console.print(f"constants: {escape(p.serving['constants']['source'])}", style="dim")
+    if "ttft_reason" in p.serving:
+        console.print(f"TTFT not answered: {escape(p.serving['ttft_reason'])}", style="dim")
     for note in p.notes:
         console.print(f"note: {escape(note)}", style="dim")
 
@@ -78,7 +81,8 @@ def print_predictions(tps: list[Any], results: list[Prediction | E.ModperfError]
     grid.add_column("")
     for t in tps:
         grid.add_column(f"tp={t}", justify="right", no_wrap=True)
-    rows = (("TTFT ms", lambda p: f"[bold]{p.ttft_ms:.1f}[/]"), ("TPOT ms", lambda p: f"[bold]{p.tpot_ms:.2f}[/]"),
+    rows = (("TTFT ms", lambda p: f"[bold]{p.ttft_ms:.1f}[/]" if p.ttft_ms is not None else "—"),
+            ("TPOT ms", lambda p: f"[bold]{p.tpot_ms:.2f}[/]"),
             ("tokens/s per user", lambda p: f"{p.tokens_per_s_per_user:.1f}"),
             ("tokens/s per GPU", lambda p: f"{p.tokens_per_s_per_gpu:.1f}"), ("GPUs", lambda p: str(p.gpus)))
     for label, cell in rows:
@@ -149,6 +153,9 @@ def predict_command(
     decode_attention_dp: Annotated[int | None, _opt("--decode-attention-dp", "disagg: decode DP.")] = None,
     physics_only: Annotated[bool, typer.Option(
         "--physics-only", help="Use the op tables' step times as they are (no fitted constants).")] = False,
+    allow_substitute: Annotated[bool, typer.Option(
+        "--allow-substitute", help="Price attention a table measured for another native head count from the "
+                                   "nearest native, per head (the answer lists each substitution).")] = False,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
@@ -162,7 +169,7 @@ def predict_command(
     batch_size, batch_file = _batch_size_or_file(batch)
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     if batch_file is not None:
-        raise typer.Exit(_run_batch(db, batch_file, fitted=not physics_only))
+        raise typer.Exit(_run_batch(db, batch_file, fitted=not physics_only, allow_substitute=allow_substitute))
     row: dict[str, Any] = {
         "model_path": model, "system": system, "backend": backend, "backend_version": version, "mode": mode,
         "isl": isl, "osl": osl, "gemm_quant_mode": gemm_quant, "moe_quant_mode": moe_quant,
@@ -189,10 +196,10 @@ def predict_command(
     for one in tps:
         dep = deployment_from_row({k: v for k, v in {**row, "tp_size": one}.items() if v is not None})
         if len(tps) == 1:  # one tp: its error is the command's (exit 2 for a bad value, 1 not covered)
-            results.append(predict(db, dep, fitted=not physics_only))
+            results.append(predict(db, dep, fitted=not physics_only, allow_substitute=allow_substitute))
             continue
         try:
-            results.append(predict(db, dep, fitted=not physics_only))
+            results.append(predict(db, dep, fitted=not physics_only, allow_substitute=allow_substitute))
         except E.ModperfError as exc:  # one tp out of coverage: the others are still answered
             results.append(exc)
     if len(results) == 1:
@@ -210,7 +217,7 @@ def predict_command(
     raise typer.Exit(1 if any(isinstance(r, E.ModperfError) for r in results) else 0)
 
 
-def _run_batch(db: Database, path: str, *, fitted: bool) -> int:
+def _run_batch(db: Database, path: str, *, fitted: bool, allow_substitute: bool) -> int:
     stream = open_batch(path)
     failed = read = 0
     try:
@@ -222,7 +229,7 @@ def _run_batch(db: Database, path: str, *, fitted: bool) -> int:
                     continue
                 read += 1
                 row_id = row.get("id")
-                out = predict(db, deployment_from_row(row), fitted=fitted).to_dict()
+                out = predict(db, deployment_from_row(row), fitted=fitted, allow_substitute=allow_substitute).to_dict()
             except Exception as exc:  # a bad line never stops the batch
                 failed += 1
                 out = {"id": row_id if isinstance(row_id, str) else None, **error_line(exc)}

@@ -32,7 +32,7 @@ from ..predict import (
     Served,
     constants_for,
     disagg_inputs,
-    kv_capacity,
+    pool_memory_of,
     price,
     price_decode_pool,
     price_prefill_pool,
@@ -41,7 +41,7 @@ from ..predict import (
     solve,
     tokens_per_s_per_gpu,
 )
-from ..serving import disaggregated
+from ..serving import PoolMemory, disaggregated
 from ..versions import version_key
 from .launch import launch_commands
 from .space import BACKENDS, BATCHES, DECODE_BATCHES, MODES, Layout, budgets, layouts, prefill_pools, worker_gpus
@@ -312,9 +312,28 @@ def _check_dtypes(db: Database, config: ModelConfig, system: str, backend: str, 
 
 
 def _reason(exc: E.ModperfError) -> str:
+    if isinstance(exc, E.DeploymentFitError):  # predict refuses a deployment that cannot run
+        return "memory"
     if isinstance(exc, E.ShardError):
         return "shard"
     return "no_table"
+
+
+def _memory(dep: Deployment, pool: Pool, served: Served, what: str = "") -> PoolMemory | str:
+    """One GPU of ``pool`` under the backend's memory rule (predict's
+    :func:`~modperf.predict.pool_memory_of`), or why the pool cannot run (predict's
+    DeploymentFitError): the deployment is then left out for memory."""
+    try:
+        return pool_memory_of(dep, pool, served, what)
+    except E.DeploymentFitError as exc:
+        return exc.detail[:200]
+
+
+def _answered(value: float | None) -> float:
+    """A figure predict leaves None only for a disaggregated deployment without worker counts
+    (TPOT only); every deployment searched names them, so it is always answered."""
+    assert value is not None
+    return value
 
 
 def _pool(layout: Layout, batch: int | None, workers: int = 1) -> Pool:
@@ -364,16 +383,17 @@ class _Backend:
         cache: dict[int, Prediction | tuple[str, str]] = {}
         base = replace(self.base, mode="agg", token_budget=budget)
         served = self.served_at(budget)
-        room = kv_capacity(self.config, base, _pool(layout, None))
-        memory_ok = room.rule_budget >= room.budget
         where = f"{layout.label()} budget {budget}"
+        room = _memory(base, _pool(layout, None), served)
 
         def at(batch: int) -> Prediction | tuple[str, str]:
             if batch not in cache:
-                if not memory_ok or batch > room.max_running:
+                if isinstance(room, str):
+                    cache[batch] = ("memory", f"{where}: {room}")
+                elif batch > room.max_running:
                     cache[batch] = ("memory", f"{where} batch {batch}: {room.max_running} request(s) of "
-                                              f"{room.reserve} tokens fit per GPU ({room.weights / 2**30:.1f} GiB of "
-                                              f"weights, {room.rule_budget / 2**30:.1f} GiB KV budget)")
+                                              f"{room.reserved_tokens} tokens fit per GPU ({room.weights / 2**30:.1f} "
+                                              f"GiB of weights, {room.budget / 2**30:.1f} GiB KV budget)")
                 else:
                     dep = replace(base, pool=_pool(layout, batch))
                     try:
@@ -398,8 +418,8 @@ class _Backend:
                     got = at(batch)
                     if not isinstance(got, Prediction):
                         break
-                    if got.serving["concurrency"] * 1000.0 / (got.ttft_ms + (self.base.osl - 1) * got.tpot_ms) * r \
-                            >= self.rate:
+                    cycle_ms = _answered(got.ttft_ms) + (self.base.osl - 1) * got.tpot_ms
+                    if got.serving["concurrency"] * 1000.0 / cycle_ms * r >= self.rate:
                         found = batch
                         break
                 if found is None:
@@ -421,11 +441,12 @@ class _Backend:
                 continue
             counts.enumerated += 1
             counts.evaluated += 1
-            if not self.limits.meets(got.ttft_ms, got.tpot_ms):
+            ttft, per_gpu = _answered(got.ttft_ms), _answered(got.tokens_per_s_per_gpu)
+            if not self.limits.meets(ttft, got.tpot_ms):
                 counts.left_out["over_limit"] += 1
                 continue
             counts.kept += 1
-            point = Point("agg", self.base.backend, got.ttft_ms, got.tpot_ms, got.tokens_per_s_per_gpu,
+            point = Point("agg", self.base.backend, ttft, got.tpot_ms, per_gpu,
                           got.tokens_per_s_per_user, g * r, got.serving["concurrency"] * r, r, got.deployment, got)
             out.append((point.tokens_per_s_per_gpu, point.tokens_per_s_per_user, point.ttft_ms, point.tpot_ms,
                         point.gpus, point.concurrency, self.base.backend, point))
@@ -443,38 +464,43 @@ class _Backend:
             for layout in self.layouts(g):
                 for budget, pb in prefill_pools(self.base.isl, self.default_budget):
                     at_budget = replace(base, token_budget=budget)
-                    room = kv_capacity(self.config, at_budget, _pool(layout, None), reserve=self.base.isl)
                     pool = _pool(layout, pb)
+                    room = _memory(at_budget, pool, self.served_at(budget), "prefill")
                     got: PoolPriced | tuple[str, str]
-                    if room.rule_budget < room.budget or pb > room.max_running:
+                    if isinstance(room, str):
+                        got = ("memory", f"prefill {layout.label()}: {room}")
+                    elif pb > room.max_running:
                         got = ("memory", f"prefill {layout.label()} batch {pb}: {room.max_running} request(s) of "
-                                         f"{room.reserve} tokens fit per GPU")
+                                         f"{room.reserved_tokens} tokens fit per GPU")
                     else:
                         try:
                             got = price_prefill_pool(self.db, replace(at_budget, prefill=pool, decode=pool),
-                                                     self.served_at(budget))
+                                                     self.served_at(budget), memory=room)
                         except E.ModperfError as exc:
                             got = (_reason(exc), f"prefill {layout.label()}: {exc.detail[:160]}")
                     pre.append((layout, pool, budget, got))
                 self.tick()
         priced: dict[tuple[Layout, int], PoolPriced | tuple[str, str]] = {}
-        rooms: dict[tuple[Layout, int], Any] = {}
+        rooms: dict[tuple[Layout, int], PoolMemory | str] = {}
 
         def decode(layout: Layout, batch: int, budget: int) -> PoolPriced | tuple[str, str]:
             """A decode pool: its memory at the deployment's budget (SGLang's reserve grows with
             it), its step (the same at every budget)."""
             room = rooms.get((layout, budget))
             if room is None:
-                room = rooms[(layout, budget)] = kv_capacity(self.config, replace(base, token_budget=budget),
-                                                             _pool(layout, None))
-            if room.rule_budget < room.budget or batch > room.max_running:
+                room = rooms[(layout, budget)] = _memory(replace(base, token_budget=budget), _pool(layout, None),
+                                                         self.served_at(budget), "decode")
+            if isinstance(room, str):
+                return ("memory", f"decode {layout.label()}: {room}")
+            if batch > room.max_running:
                 return ("memory", f"decode {layout.label()} batch {batch}: {room.max_running} request(s) of "
-                                  f"{room.reserve} tokens fit per GPU")
+                                  f"{room.reserved_tokens} tokens fit per GPU")
             key = (layout, batch)
             if key not in priced:
                 pool = _pool(layout, batch)
                 try:
-                    priced[key] = price_decode_pool(self.db, replace(base, prefill=pool, decode=pool), self.served)
+                    priced[key] = price_decode_pool(self.db, replace(base, prefill=pool, decode=pool), self.served,
+                                                    memory=room)
                 except E.ModperfError as exc:
                     priced[key] = (_reason(exc), f"decode {layout.label()}: {exc.detail[:160]}")
             return priced[key]
@@ -544,13 +570,14 @@ class _Backend:
                 counts.enumerated += n
                 counts.evaluated += n
                 return
-            if not lim.meets(times.ttft_ms, times.tpot_ms):
+            ttft = _answered(times.ttft_ms)
+            if not lim.meets(ttft, times.tpot_ms):
                 counts.left_out["over_limit"] += 1
                 continue
             counts.kept += 1
             gpus = pw * gp + dw * gd
-            points.append((tokens_per_s_per_gpu(conc, osl, times.ttft_ms, times.tpot_ms, gpus), 1000.0 / times.tpot_ms,
-                           times.ttft_ms, times.tpot_ms, gpus, conc, self.base.backend,
+            points.append((tokens_per_s_per_gpu(conc, osl, ttft, times.tpot_ms, gpus), 1000.0 / times.tpot_ms,
+                           ttft, times.tpot_ms, gpus, conc, self.base.backend,
                            (self, pi, d_layout, batch, pw, dw)))
 
     def _disagg_rate(self, pi: int, p_got: PoolPriced, d_layout: Layout,
@@ -567,7 +594,7 @@ class _Backend:
                 return
             conc = batch * dw * dp_d
             times = disaggregated(disagg_inputs(isl, osl, conc, pw * dp_p, p_got, d_got), constants)
-            if conc * 1000.0 / (times.ttft_ms + (osl - 1) * times.tpot_ms) >= self.rate:
+            if conc * 1000.0 / (_answered(times.ttft_ms) + (osl - 1) * times.tpot_ms) >= self.rate:
                 self._disagg_batch(pi, p_got, d_layout, batch, d_got, [split], constants, counts, points, gp, dp_p,
                                    gd, dp_d, isl, osl, lim)
                 return

@@ -208,11 +208,11 @@ def launch_commands(dep: Deployment, replicas: int, chunk: int, config_quant: tu
                                 "HTTP load balancer in front")
     else:
         assert dep.prefill is not None and dep.decode is not None
-        pre = [worker(f"prefill {i + 1}/{dep.prefill.workers}", dep.prefill, prefill_port + i, i, "prefill")
-               for i in range(dep.prefill.workers)]
-        dec = [worker(f"decode {i + 1}/{dep.decode.workers}", dep.decode, decode_port + i,
-                      dep.prefill.workers * dep.prefill.attention_dp + i, "decode")
-               for i in range(dep.decode.workers)]
+        pw, dw = dep.prefill.workers, dep.decode.workers
+        assert pw is not None and dw is not None  # a searched deployment names both pools' workers
+        pre = [worker(f"prefill {i + 1}/{pw}", dep.prefill, prefill_port + i, i, "prefill") for i in range(pw)]
+        dec = [worker(f"decode {i + 1}/{dw}", dep.decode, decode_port + i, pw * dep.prefill.attention_dp + i, "decode")
+               for i in range(dw)]
         out += pre + dec
         host = "localhost"
         files: dict[str, str] = {}

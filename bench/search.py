@@ -306,13 +306,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1, help="speed: runs of the tool and the search (default 1)")
     args = parser.parse_args()
     if not args.skip_ranking:
-        from silicon import USER_CONFIGS, predictions
+        from silicon import USER_CONFIGS, predictions, substituted
 
         rows = silicon_rows()
         priced = price_rows(rows)
-        # The constants each row's backend carries; a disaggregated row without worker counts is
-        # answered TPOT only (no tokens/s/GPU to rank by) and left out.
-        ours = {i: v for i, v in predictions(rows, priced).items() if v[0] is not None}
+        # The constants each row's backend carries; strict answers only, as `modperf search`
+        # prices (a row bench/silicon.py answers only with allow_substitute is left out), and a
+        # disaggregated row without worker counts, answered TPOT only (no tokens/s/GPU to rank
+        # by), is left out too.
+        subs = substituted(priced)
+        ours = {i: v for i, v in predictions(rows, priced).items() if v[0] is not None and i not in subs}
         sizes = [len(g) for g in groups(rows).values()]
         print(f"{len(rows):,} rows in {len(sizes)} (side, model, system, backend, isl, osl) groups, "
               f"{sum(s >= 3 for s in sizes)} of three rows or more; modperf answers {len(ours):,} rows")

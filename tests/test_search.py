@@ -112,6 +112,25 @@ def test_the_aggregated_space_is_every_layout_budget_and_batch_priced_by_hand(db
     assert "tp1 budget 2048 batch 64: 60 request(s) of 4250 tokens fit per GPU" in counts.examples["memory"][0]
 
 
+def test_a_deployment_predict_refuses_as_not_fitting_is_pruned_for_memory(db: modperf.Database) -> None:
+    """Llama-3.1-70B in bf16 on one H200: vLLM's rule leaves no KV room beside the weights, so
+    predict refuses every tp1 deployment (DeploymentFitError); the search counts each of them
+    (4 token budgets x every batch) as left out for memory, with predict's message."""
+    dep = Deployment("meta-llama/Llama-3.1-70B", "h200_sxm", "vllm", "agg", 4000, 500, token_budget=2048,
+                     pool=Pool(tp=1, batch=1))
+    with pytest.raises(E.DeploymentFitError) as refused:
+        predict(db, dep)
+    assert refused.value.kind == "does_not_fit"
+    got = search(db, model="meta-llama/Llama-3.1-70B", system="h200_sxm", gpus=1, isl=4000, osl=500,
+                 backend="vllm", mode="agg")
+    counts = got.total("agg")
+    assert counts.enumerated == 4 * len(BATCHES) == counts.left_out["memory"]
+    assert counts.evaluated == counts.kept == 0 and got.fronts["agg"] == []
+    assert counts.examples["memory"][0] == f"tp1 budget 2048: {refused.value.detail[:200]}"
+    assert "vllm's default memory rule leaves 0.00 GiB per GPU of one GPU for the KV cache" in \
+        counts.examples["memory"][0]
+
+
 def test_disaggregated_counts_add_up_and_each_split_fits_the_gpus(db: modperf.Database, qwen) -> None:
     c = qwen.total("disagg")
     assert c.enumerated == c.kept + sum(c.left_out.values())

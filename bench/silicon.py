@@ -114,6 +114,10 @@ def noise_floor(rows: list[dict[str, Any]]) -> tuple[float, float, float, float]
 
 
 def price_all(db: modperf.Database, rows: list[dict[str, Any]]) -> dict[str, Priced | E.ModperfError]:
+    """Every row priced (``modperf.silicon.price_rows``). The query engine's plan persistence is
+    off: the rows ask thousands of one-off step shapes, and persisting each group's plan (every
+    write walks the cache folder to bound it) cost more than the pricing (docs/performance.md)."""
+    db.queries.plans = None
     start = time.perf_counter()
 
     def progress(i: int) -> None:

@@ -1,5 +1,5 @@
-"""Coverage heatmaps (``modperf coverage --plot FILE.png``). matplotlib is an optional extra:
-``pip install 'modperf[plot]'``."""
+"""Coverage heatmaps (``modperf coverage --plot FILE.png``) and a search's fronts (``modperf
+search --plot FILE``). matplotlib is an optional extra: ``pip install 'modperf[plot]'``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from .coverage import STANDARD_TP, CoverageReport, ModelCoverage, SlotCoverage
 DETAIL_ROWS = 60
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, or MissingExtraError with the fix (a command
+    that will plot calls it first, before its work)."""
     try:
         import matplotlib
 
@@ -64,7 +66,7 @@ def plot_coverage(report: CoverageReport, path: str | Path, tps: Sequence[int] |
 
 
 def _plot_detail(rows: list, path: str | Path, tps: list[int]) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.colors import LogNorm
 
     values = np.full((len(rows), len(tps)), np.nan)
@@ -123,7 +125,7 @@ def _plot_detail(rows: list, path: str | Path, tps: list[int]) -> Path:
 
 
 def _plot_overview(report: CoverageReport, path: str | Path, tps: list[int]) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
 
     slot_keys = sorted({(s.ref.system, s.ref.backend, s.ref.version) for s in report.slots if s.natives},
                        key=lambda k: (k[0] or "", k[1] or "", _vk(k[2])))
@@ -160,7 +162,7 @@ def _vk(v: str | None) -> tuple:
 
 def plot_model(result: ModelCoverage, path: str | Path) -> Path:
     """One row per slot considered, one column per requested tp."""
-    plt = _pyplot()
+    plt = pyplot()
     answers = result.answers
     if len(answers) > 80:
         answers = [a for a in answers if a.answerable_tps]
@@ -203,4 +205,41 @@ def plot_model(result: ModelCoverage, path: str | Path) -> Path:
     return _save(fig, path)
 
 
-__all__ = ["plot_coverage", "plot_model"]
+
+
+def plot_fronts(result: Any, path: str | Path) -> Path:
+    """The agg and disagg fronts of a search (a ``modperf.search.SearchResult``: plotting sits
+    below the search in the layers) (tokens/s/GPU against tokens/s/user), the best
+    deployment of each mode and backend marked, the TPOT limit as a vertical line."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    styles = {"agg": ("tab:blue", "o"), "disagg": ("tab:orange", "s")}
+    for mode in result.modes:
+        points = result.fronts[mode]
+        if not points:
+            continue
+        colour, marker = styles[mode]
+        ax.plot([p.tokens_per_s_per_user for p in points], [p.tokens_per_s_per_gpu for p in points], marker=marker,
+                color=colour, markersize=4, linewidth=1.2, drawstyle="steps-post", label=f"{mode} front")
+    for p in result.best:
+        ax.plot([p.tokens_per_s_per_user], [p.tokens_per_s_per_gpu], marker="*", markersize=13, linestyle="none",
+                color=styles[p.mode][0], markeredgecolor="black")
+        ax.annotate(f"best {p.mode} {p.backend}", (p.tokens_per_s_per_user, p.tokens_per_s_per_gpu),
+                    textcoords="offset points", xytext=(6, 6), fontsize=8)
+    if result.limits.tpot_ms is not None:
+        ax.axvline(1000.0 / result.limits.tpot_ms, color="grey", linestyle="--", linewidth=0.8,
+                   label=f"TPOT limit {result.limits.tpot_ms:.4g} ms")
+    ax.set_xlabel("tokens/s per user")
+    ax.set_ylabel("tokens/s per GPU")
+    ax.set_title(f"{result.model} on {result.gpus} x {result.system} (isl {result.isl}, osl {result.osl}; "
+                 f"{', '.join(result.backends)})", fontsize=9)
+    ax.grid(True, linewidth=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    try:
+        return _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+__all__ = ["plot_coverage", "plot_fronts", "plot_model", "pyplot"]

@@ -5,7 +5,7 @@ audits, plotting or migration); ``modperf --help``, an unknown command, and ``mo
 (the full application, for tests and embedding) import every command module.
 
 May import: typer, rich, click; modperf.base, modperf.fast, modperf.specs, modperf.data, modperf.query,
-modperf.audit, modperf.model, modperf.serving.
+modperf.audit, modperf.model, modperf.serving, modperf.search.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
 COMMANDS = {
     "check": "check_cmd", "coverage": "coverage_cmd", "dedupe": "dedupe_cmd", "estimate": "estimate_cmd",
     "ls": "ls_cmd", "migrate": "migrate_cmd", "predict": "predict_cmd", "query": "query_cmd",
-    "cache": "cache_cmd", "export": "export_cmd",
+    "cache": "cache_cmd", "export": "export_cmd", "search": "search_cmd",
 }
 #: Options taken before the command name (the application's own).
 _GLOBAL_FLAGS = ("--no-cache",)

@@ -133,6 +133,11 @@ def predict_command(
     pp: Annotated[int | None, _opt("--pp", "Pipeline stages (default 1).")] = None,
     gemm_quant: Annotated[str | None, _opt("--gemm-quant", "GEMM dtype served (default: the checkpoint's).")] = None,
     moe_quant: Annotated[str | None, _opt("--moe-quant", "MoE dtype served (default: the checkpoint's).")] = None,
+    kv_cache_dtype: Annotated[str | None, _opt(
+        "--kv-cache-dtype", "KV cache dtype served, e.g. fp8 (default: the backend's rule, docs/serving.md).")] = None,
+    token_budget: Annotated[int | None, _opt(
+        "--token-budget", "Tokens one engine step takes at most (vLLM --max-num-batched-tokens; default: the "
+                          "backend's, docs/serving.md).")] = None,
     prefill_batch: Annotated[int | None, _opt("--prefill-batch", "disagg: requests per prefill step.")] = None,
     prefill_workers: Annotated[int | None, _opt("--prefill-workers", "disagg: prefill workers.")] = None,
     prefill_tp: Annotated[int | None, _opt("--prefill-tp", "disagg: prefill tp.")] = None,
@@ -167,6 +172,7 @@ def predict_command(
     row: dict[str, Any] = {
         "model_path": model, "system": system, "backend": backend, "backend_version": version, "mode": mode,
         "isl": isl, "osl": osl, "gemm_quant_mode": gemm_quant, "moe_quant_mode": moe_quant,
+        "kv_cache_dtype": kv_cache_dtype, "token_budget": token_budget,
         "batch_size": batch_size, "tp_size": tp, "pp_size": pp, "attention_dp_size": attention_dp,
         "moe_tp_size": moe_tp, "moe_ep_size": moe_ep,
         "prefill_batch_size": prefill_batch, "prefill_num_workers": prefill_workers, "prefill_tp_size": prefill_tp,

@@ -16,6 +16,7 @@ query (kernels, distributions, dtypes), so a warm step costs a few dozen grid lo
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from ..base import errors as E
 from ..base import limits
 from ..specs.shard import validate_tps
 from .pricer import GemmFloors, StepPricer, gemm_floors
-from .step_plan import StepPlan, plan_for
+from .step_plan import PLAN_LOCK, StepPlan, plan_for
 from .step_types import (
     COMPONENTS,
     COMPOSED_FALLBACK,
@@ -58,6 +59,15 @@ def _validate_parts(prefill: SeqChunk | None, decode: DecodePart | None) -> None
                                fix=f"give {name} in {rng.describe()}")
 
 
+#: Steps priced, per database and (plan key, step shape): a deployment search and the serving
+#: scoreboard ask the same step many times (one prefill per parallelism and input length, one
+#: decode step per batch). Each answer is what pricing it again gives, value for value (every
+#: op comes from the same plan and the same grids); callers get their own lists.
+_STEPS: weakref.WeakKeyDictionary[Database, dict[tuple[Any, ...], StepCost]] = weakref.WeakKeyDictionary()
+#: Steps kept per database (about 2 KiB each); full, the memo starts over.
+STEP_MEMO = 1 << 16
+
+
 def step_cost(db: Database, *, model: str, system: str, backend: str, parallel: Parallel, version: str | None = None,
               prefill: SeqChunk | None = None, decode: DecodePart | None = None,
               dtypes: Mapping[str, str] | None = None, graphed: bool = False,
@@ -72,16 +82,29 @@ def step_cost(db: Database, *, model: str, system: str, backend: str, parallel: 
         raise E.UsageError("parallel must be a modperf.model.step.Parallel", values={"parallel": repr(parallel)},
                            fix="pass parallel=Parallel(tp=...)")
     _validate_parts(prefill, decode)
-    plan = plan_for(db, model=model, system=system, backend=backend, parallel=parallel, version=version,
-                    dtypes=dtypes)
-    pricer = StepPricer(plan, graphed, allow_substitute)
-    pricer.step(prefill, decode)
-    versions: dict[str, str] = {}
-    for op in pricer.ops:
-        if op.table is not None and op.version is not None:
-            versions.setdefault(op.table, op.version)  # nccl / oneccl tables live under their library only
-    return StepCost(plan.model, system, backend, parallel, prefill, decode, pricer.ops, versions,
-                    [*plan.notes, *pricer.notes], pricer.served_from, served=plan.config.dtypes_served())
+    key = (model, system, backend, parallel, version, tuple(sorted((dtypes or {}).items())),
+           None if prefill is None else (prefill.batch, prefill.tokens, prefill.prefix),
+           None if decode is None else (decode.batch, decode.kv), graphed, allow_substitute)
+    with PLAN_LOCK:
+        memo = _STEPS.setdefault(db, {})
+        done = memo.get(key)
+    if done is None:
+        plan = plan_for(db, model=model, system=system, backend=backend, parallel=parallel, version=version,
+                        dtypes=dtypes)
+        pricer = StepPricer(plan, graphed, allow_substitute)
+        pricer.step(prefill, decode)
+        versions: dict[str, str] = {}
+        for op in pricer.ops:
+            if op.table is not None and op.version is not None:
+                versions.setdefault(op.table, op.version)  # nccl / oneccl tables live under their library only
+        done = StepCost(plan.model, system, backend, parallel, prefill, decode, pricer.ops, versions,
+                        [*plan.notes, *pricer.notes], pricer.served_from, served=plan.config.dtypes_served())
+        with PLAN_LOCK:
+            if len(memo) >= STEP_MEMO:
+                memo.clear()
+            memo[key] = done
+    return StepCost(done.model, system, backend, parallel, prefill, decode, list(done.ops), dict(done.versions),
+                    list(done.notes), list(done.served_from), dict(done.served))
 
 
 # --- estimate --scope model -----------------------------------------------------------------

@@ -140,7 +140,9 @@ class _PlansByNames:
 
     def __init__(self, values_of: Callable[[Mapping[str, Any]], tuple[Any, ...]]) -> None:
         self.values_of = values_of
-        self.plans: dict[tuple[Any, ...], QueryPlan] = {}
+        #: a plan, or the error resolving it raised (the key decides it: asked again, the same
+        #: error is raised without resolving again; a whole-model step asks thousands of these)
+        self.plans: dict[tuple[Any, ...], QueryPlan | E.ModperfError] = {}
 
 
 @dataclass
@@ -519,12 +521,16 @@ class QueryEngine:
         except TypeError:  # an unhashable value: resolve without the cache
             plan, plan_key = None, None
         if plan is None:
-            if self.plans is not None:
-                with self.store.recording() as loads:
+            _check_names(fields)  # (it reads the axis values too: its refusals are the query's own, never kept)
+            try:
+                if self.plans is not None:
+                    with self.store.recording() as loads:
+                        plan = self.resolve(fields)
+                    plan.pending = loads
+                else:
                     plan = self.resolve(fields)
-                plan.pending = loads
-            else:
-                plan = self.resolve(fields)
+            except E.ModperfError as exc:
+                plan = exc
             if plan_key is not None:
                 if self._n_plans >= self.PLAN_CACHE:  # full: start over (this names' entry kept, emptied)
                     self._plan_cache.clear()
@@ -533,6 +539,9 @@ class QueryEngine:
                     self._n_plans = 0
                 plans[plan_key] = plan
                 self._n_plans += 1
+        if isinstance(plan, E.ModperfError):
+            _check_names(fields)  # a value that is not a scalar is refused as itself, not as the key's refusal
+            raise plan.with_traceback(None)
         return plan
 
     def _point(self, plan: QueryPlan, fields: Mapping[str, Any]) -> list[int]:

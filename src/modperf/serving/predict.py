@@ -13,6 +13,7 @@ num_workers, tp_size, pp_size, attention_dp_size, moe_tp_size, moe_ep_size``.
 from __future__ import annotations
 
 import math
+import weakref
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from . import (
     Backend,
     Constants,
     DisaggInputs,
+    PoolMemory,
     aggregated,
     backend_of,
     chunks,
@@ -52,7 +54,10 @@ TOP_FIELDS = ("id", "model_path", "system", "backend", "backend_version", "mode"
               "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
               "moe_tp_size", "moe_ep_size")
 POOL_FIELDS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
-FIELDS = frozenset(TOP_FIELDS) | {f"{side}_{f}" for side in ("prefill", "decode") for f in POOL_FIELDS}
+#: Choices a deployment may name that silicon_sample.csv has no column for.
+CHOICE_FIELDS = ("kv_cache_dtype", "token_budget")
+FIELDS = frozenset(TOP_FIELDS) | frozenset(CHOICE_FIELDS) | {f"{side}_{f}" for side in ("prefill", "decode")
+                                                            for f in POOL_FIELDS}
 #: Columns of the CSV a prediction ignores (measurements and provenance), accepted so that a
 #: row of the file can be passed as it is.
 IGNORED = frozenset({"silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms", "model"})
@@ -62,6 +67,8 @@ DEPLOYMENT_EXAMPLE = ('{"model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "b
                       '"isl": 2048, "osl": 512, "batch_size": 8, "tp_size": 2}')
 
 _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
 @dataclass(frozen=True)
 class Pool:
     """One pool of identical workers (the whole deployment, when aggregated)."""
@@ -106,11 +113,19 @@ class Deployment:
     gemm_quant: str | None = None
     moe_quant: str | None = None
     id: str | None = None
+    #: The KV cache's dtype where the deployment names one (the attention tables are asked for
+    #: it and the cache sized by it); None: the backend's rule (Backend.kv_element_bytes).
+    kv_cache_dtype: str | None = None
+    #: Tokens one engine step takes at most (vLLM max_num_batched_tokens, SGLang
+    #: chunked_prefill_size, TRT-LLM max_num_tokens); None: the backend's default
+    #: (Backend.step_budget).
+    token_budget: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "model": self.model, "system": self.system, "backend": self.backend,
                 "version": self.version, "mode": self.mode, "isl": self.isl, "osl": self.osl,
-                "gemm_quant": self.gemm_quant, "moe_quant": self.moe_quant,
+                "gemm_quant": self.gemm_quant, "moe_quant": self.moe_quant, "kv_cache_dtype": self.kv_cache_dtype,
+                "token_budget": self.token_budget,
                 "pool": self.pool.to_dict() if self.pool else None,
                 "prefill": self.prefill.to_dict() if self.prefill else None,
                 "decode": self.decode.to_dict() if self.decode else None}
@@ -194,7 +209,8 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
     common: dict[str, Any] = dict(
         model=str(_str(row, "model_path")), system=str(_str(row, "system")), backend=str(_str(row, "backend")),
         mode=mode, isl=isl, osl=osl, version=_str(row, "backend_version"), id=_str(row, "id"),
-        gemm_quant=_dtype(_str(row, "gemm_quant_mode")), moe_quant=_dtype(_str(row, "moe_quant_mode")))
+        gemm_quant=_dtype(_str(row, "gemm_quant_mode")), moe_quant=_dtype(_str(row, "moe_quant_mode")),
+        kv_cache_dtype=_dtype(_str(row, "kv_cache_dtype")), token_budget=_int(row, "token_budget", limits.TOKENS))
     if mode == "agg":
         return Deployment(**common, pool=_pool(row, "", need_batch=True))
     if not present(row, "decode_batch_size"):
@@ -347,6 +363,7 @@ class _Steps:
         self.allow_substitute = allow_substitute
         self.substitutions: set[str] = set()
         self.parallel = pool.parallel(has_moe)
+        self.dtypes = {"kv_cache_dtype": dep.kv_cache_dtype} if dep.kv_cache_dtype else None
         self.kinds: Counter[str] = Counter()
         self.versions: dict[str, str] = {}
         self.notes: list[str] = []
@@ -359,7 +376,7 @@ class _Steps:
              graphed: bool = False) -> StepCost:
         step = step_cost(self.db, model=self.model, system=self.dep.system, backend=self.dep.backend,
                          parallel=self.parallel, version=self.version, prefill=prefill, decode=decode,
-                         graphed=graphed, allow_substitute=self.allow_substitute)
+                         dtypes=self.dtypes, graphed=graphed, allow_substitute=self.allow_substitute)
         if not step.complete or step.total_ms is None:
             reasons = "; ".join(f"{r['name']}: {r['reason']}" for r in step.not_covered[:3])
             raise E.NotCoveredError(f"the step of {self.model} on {self.dep.system} {self.dep.backend} is partial: "
@@ -387,18 +404,35 @@ class _Steps:
         return sum(self.ms(prefill=SeqChunk(1, tokens, prefix)) for tokens, prefix in chunks(isl, chunk))
 
 
+#: Per database: (system, backend) -> the versions holding its GEMM table, for every pair its
+#: catalog holds any table of (every deployment priced asks; the catalog has hundreds of slots).
+_HELD: weakref.WeakKeyDictionary[Database, dict[tuple[str, str], frozenset[str]]] = weakref.WeakKeyDictionary()
+
+
+def _held(db: Database) -> dict[tuple[str, str], frozenset[str]]:
+    held = _HELD.get(db)
+    if held is None:
+        pairs: dict[tuple[str, str], set[str]] = {}
+        for r in db.store.catalog.slots:
+            versions = pairs.setdefault((str(r.system), str(r.backend)), set())
+            if r.table == "gemm":
+                versions.add(str(r.version))
+        held = _HELD[db] = {k: frozenset(v) for k, v in pairs.items()}
+    return held
+
+
 def _version_for(db: Database, dep: Deployment, notes: list[str]) -> str | None:
     """The deployment's backend version where the corpus holds that version's GEMM table for the
     system (then the other tables come from the nearest version holding them); otherwise None
     (each table takes the newest version held), said in a note. A version that holds only a
     scattered family (a MoE or communication sweep) does not anchor the step. A system and
     backend the corpus holds nothing of is an UnknownTableError naming the nearest."""
-    slots = [r for r in db.store.catalog.slots if r.system == dep.system and r.backend == dep.backend]
-    if not slots:
+    gemm_versions = _held(db).get((dep.system, dep.backend))
+    if gemm_versions is None:
         raise db.store.unknown_slot(dep.system, dep.backend, "(any version)", "gemm")
     if dep.version is None:
         return None
-    if dep.version in {r.version for r in slots if r.table == "gemm"}:
+    if dep.version in gemm_versions:
         return dep.version
     notes.append(f"backend version {dep.version} has no GEMM table for {dep.system} {dep.backend} in the corpus: "
                  "each table takes the newest version held (provenance.versions)")
@@ -455,29 +489,70 @@ def _decode_step(steps: _Steps, backend: Backend, memory_capacity: float, batch:
     return steps.cost(decode=DecodePart(batch, kv), graphed=graphed), graphed
 
 
-def price(db: Database, dep: Deployment, *, allow_substitute: bool = False) -> Priced:
+@dataclass(frozen=True)
+class Served:
+    """What every pool of a deployment shares: the version its tables are anchored at, the model
+    as served (dtypes), whether it has MoE layers, the per-step token budget (the deployment's,
+    else the backend's default), and the notes saying what was chosen."""
+
+    version: str | None
+    config: ModelConfig
+    has_moe: bool
+    chunk: int
+    notes: tuple[str, ...]
+
+
+def serving_of(db: Database, dep: Deployment) -> Served:
+    """:class:`Served` of ``dep`` (a deployment search asks it once per backend, not per point)."""
+    backend = backend_of(dep.backend)  # a backend without serving rules is refused by name first
+    notes: list[str] = []
+    version = _version_for(db, dep, notes)
+    config = served_model(db, dep, notes)
+    chunk = dep.token_budget or backend.step_budget(system_memory(dep.system).capacity)
+    return Served(version, config, ffn_has_moe(config), chunk, tuple(notes))
+
+
+def kv_element_bytes(backend: Backend, config: ModelConfig, kv_cache_dtype: str | None = None) -> float:
+    """Bytes one KV-cache element takes: the dtype the deployment names, as named; otherwise
+    the backend's rule (:meth:`Backend.kv_element_bytes`)."""
+    if kv_cache_dtype is not None:
+        return bytes_of(kv_cache_dtype)
+    return backend.kv_element_bytes(config.quantization.gemm)
+
+
+def pool_memory_of(dep: Deployment, pool: Pool, served: Served, what: str = "") -> PoolMemory:
+    """The memory of one GPU of ``pool`` serving ``dep`` (:func:`modperf.serving.pool_memory`):
+    ``what`` is ``""`` for an aggregated deployment's pool, ``"prefill"`` (requests hold their
+    prompt) or ``"decode"`` for a disaggregated one's. A DeploymentFitError where it cannot run."""
+    backend = backend_of(dep.backend)
+    if what == "prefill":
+        tokens = reserved = dep.isl
+    else:
+        tokens, reserved = dep.isl + dep.osl, backend.reserved_tokens(dep.isl, dep.osl)
+    return pool_memory(backend, served.config, pool, system=dep.system, memory=system_memory(dep.system),
+                       chunk=served.chunk, tokens=tokens, reserved=reserved,
+                       element=kv_element_bytes(backend, served.config, dep.kv_cache_dtype), what=what)
+
+
+def price(db: Database, dep: Deployment, served: Served | None = None, *, allow_substitute: bool = False) -> Priced:
     """The engine steps of ``dep`` from the op tables (module doc). Raises a ModperfError when a
     step cannot be priced (an op out of coverage, a shard that does not divide, an unknown model
     or system) or the deployment cannot run (DeploymentFitError, with the figures).
+    ``served``: :func:`serving_of` ``dep``, when the caller has it already.
     ``allow_substitute``: an attention module table without the model's native head count
     answers from the nearest native it measured, scaled per head (``Priced.substitutions`` and
     a note say which ops)."""
-    notes: list[str] = []
+    served = served or serving_of(db, dep)
+    notes = list(served.notes)
+    version, config, has_moe, chunk = served.version, served.config, served.has_moe, served.chunk
     backend = backend_of(dep.backend)
-    version = _version_for(db, dep, notes)
-    config = served_model(db, dep, notes)
-    has_moe = ffn_has_moe(config)
     memory = system_memory(dep.system)
-    chunk = backend.step_budget(memory.capacity)
     kv_mean = mean_kv(dep.isl, dep.osl)
-    element = backend.kv_element_bytes(config.quantization.gemm)
-    reserved = backend.reserved_tokens(dep.isl, dep.osl)
     inputs: AggInputs | DisaggInputs
     if dep.mode == "agg":
         pool = dep.pool
         assert pool is not None and pool.batch is not None
-        mem = pool_memory(backend, config, pool, system=dep.system, memory=memory, chunk=chunk,
-                          tokens=dep.isl + dep.osl, reserved=reserved, element=element)
+        mem = pool_memory_of(dep, pool, served)
         notes += mem.notes
         priced = _Steps(db, dep, config.model_id, pool, version, has_moe, allow_substitute)
         running = max(1, min(pool.batch, mem.max_running))
@@ -503,45 +578,113 @@ def price(db: Database, dep: Deployment, *, allow_substitute: bool = False) -> P
                       config.dtypes_served(), fallbacks=sorted(priced.fallbacks),
                       substitutions=sorted(priced.substitutions))
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
-    pre_mem = pool_memory(backend, config, dep.prefill, system=dep.system, memory=memory, chunk=chunk,
-                          tokens=dep.isl, reserved=dep.isl, element=element, what="prefill")
-    dec_mem = pool_memory(backend, config, dep.decode, system=dep.system, memory=memory, chunk=chunk,
-                          tokens=dep.isl + dep.osl, reserved=reserved, element=element, what="decode")
-    notes += pre_mem.notes + dec_mem.notes
-    dec = _Steps(db, dep, config.model_id, dep.decode, version, has_moe, allow_substitute)
-    decode_step, graphed = _decode_step(dec, backend, memory.capacity, dep.decode.batch, kv_mean, notes)
-    decode_ms = float(decode_step.total_ms or 0.0) + dec.hop_ms
-    memory_doc: dict[str, Any] = {"prefill": pre_mem.to_dict(), "decode": dec_mem.to_dict()}
-    steps: dict[str, Any] = {"decode": {"ms": decode_ms, "batch": dep.decode.batch, "kv": kv_mean,
-                                        "graphed": graphed, "components": decode_step.components}}
+    # Both pools' memory is checked before any step is priced: a deployment that cannot run is
+    # refused as such whichever of its steps the tables could price.
+    pre_mem = pool_memory_of(dep, dep.prefill, served, "prefill")
+    dec_mem = pool_memory_of(dep, dep.decode, served, "decode")
+    dec = price_decode_pool(db, dep, served, allow_substitute=allow_substitute, memory=dec_mem)
+    notes += pre_mem.notes + dec.notes
+    memory_doc: dict[str, Any] = {"prefill": pre_mem.to_dict(), "decode": dec.memory}
     if dep.prefill.workers is None or dep.decode.workers is None:
         reason = ("TTFT needs the topology: without prefill_num_workers and decode_num_workers the prefill pool's "
                   "load is unknown (two such exports of one configuration differ 10x in TTFT); TPOT is the decode "
                   "pool's step")
-        inputs = DisaggInputs(None, dep.isl, dep.osl, None, None, None, 1, decode_ms, None)
-        return Priced(dep, inputs, steps, memory_doc, None, None, dec.kinds, dec.versions,
-                      notes + dec.notes + _substituted(dec.substitutions), config.dtypes_served(),
+        inputs = DisaggInputs(None, dep.isl, dep.osl, None, None, None, 1, dec.values["decode_ms"], None)
+        return Priced(dep, inputs, dec.steps, memory_doc, None, None, dec.kinds, dec.versions,
+                      notes + dec.step_notes + _substituted(dec.substitutions), config.dtypes_served(),
                       ttft_reason=reason, fallbacks=sorted(dec.fallbacks), substitutions=sorted(dec.substitutions))
-    pre = _Steps(db, dep, config.model_id, dep.prefill, version, has_moe, allow_substitute)
+    pre = price_prefill_pool(db, dep, served, allow_substitute=allow_substitute, memory=pre_mem)  # its notes: pre_mem's
+    concurrency = dep.decode.batch * dep.decode.workers * dep.decode.attention_dp
+    inputs = disagg_inputs(dep.isl, dep.osl, concurrency, dep.prefill.workers * dep.prefill.attention_dp, pre, dec)
+    gpus = dep.prefill.workers * dep.prefill.gpus_per_worker + dep.decode.workers * dep.decode.gpus_per_worker
+    memory_doc["kv_transfer_bytes"] = pre.kv_transfer_bytes
+    return Priced(dep, inputs, {**pre.steps, **dec.steps}, memory_doc, concurrency, gpus, pre.kinds + dec.kinds,
+                  {**pre.versions, **dec.versions},
+                  notes + pre.step_notes + dec.step_notes + _substituted(pre.substitutions | dec.substitutions),
+                  config.dtypes_served(), fallbacks=sorted(pre.fallbacks | dec.fallbacks),
+                  substitutions=sorted(pre.substitutions | dec.substitutions))
+
+
+@dataclass
+class PoolPriced:
+    """One pool of a disaggregated deployment, priced: what the serving model takes from it
+    (the prefill pool: one request's prefill, a packed prefill step, its ops, the KV transfer;
+    the decode pool: its decode step), its steps, their provenance, and its memory. The other
+    pool and the worker counts do not change it. ``notes`` are the pool's own (memory, CUDA
+    graphs), ``step_notes`` the steps' (where a table lies)."""
+
+    values: dict[str, Any]
+    steps: dict[str, Any]
+    kinds: Counter[str]
+    versions: dict[str, str]
+    notes: list[str]
+    step_notes: list[str]
+    memory: dict[str, Any]
+    fallbacks: set[str] = field(default_factory=set)
+    substitutions: set[str] = field(default_factory=set)
+    kv_transfer_bytes: float = 0.0
+
+
+def price_prefill_pool(db: Database, dep: Deployment, served: Served | None = None, *,
+                       allow_substitute: bool = False, memory: PoolMemory | None = None) -> PoolPriced:
+    """The prefill pool of a disaggregated ``dep`` (its batch: requests packed per step);
+    ``memory``: :func:`pool_memory_of` the pool, when the caller has checked it already."""
+    assert dep.prefill is not None
+    served = served or serving_of(db, dep)
+    mem = memory or pool_memory_of(dep, dep.prefill, served, "prefill")
+    config, chunk = served.config, served.chunk
+    pre = _Steps(db, dep, config.model_id, dep.prefill, served.version, served.has_moe, allow_substitute)
     batch = dep.prefill.batch or 1
     packed = packed_requests(batch, dep.isl, chunk) if dep.isl <= chunk else 1
     one = pre.prefill_one(dep.isl, chunk)
     packed_ms = pre.ms(prefill=SeqChunk(packed, dep.isl, 0)) if dep.isl <= chunk else one
     prefill_ops = pre.launches
-    concurrency = dep.decode.batch * dep.decode.workers * dep.decode.attention_dp
+    element = kv_element_bytes(backend_of(dep.backend), config, dep.kv_cache_dtype)
     kv_all = kv_bytes_per_token(config, 1, dep.isl + dep.osl, element) * dep.isl  # the whole request's cache
     transfer_ms = kv_transfer_ms(kv_all, system=dep.system, gpus=dep.prefill.gpus_per_worker)
-    inputs = DisaggInputs(concurrency, dep.isl, dep.osl, dep.prefill.workers * dep.prefill.attention_dp, one,
-                          packed_ms, packed, decode_ms, transfer_ms, prefill_ops, len(chunks(dep.isl, chunk)))
     steps = {"prefill_one": {"ms": one, "chunk_tokens": chunk},
-             "prefill_packed": {"ms": packed_ms, "requests": packed, "ops": prefill_ops}, **steps}
-    gpus = dep.prefill.workers * dep.prefill.gpus_per_worker + dep.decode.workers * dep.decode.gpus_per_worker
-    memory_doc["kv_transfer_bytes"] = kv_all
-    return Priced(dep, inputs, steps, memory_doc, concurrency, gpus, pre.kinds + dec.kinds,
-                  {**pre.versions, **dec.versions},
-                  notes + pre.notes + dec.notes + _substituted(pre.substitutions | dec.substitutions),
-                  config.dtypes_served(), fallbacks=sorted(pre.fallbacks | dec.fallbacks),
-                  substitutions=sorted(pre.substitutions | dec.substitutions))
+             "prefill_packed": {"ms": packed_ms, "requests": packed, "ops": prefill_ops}}
+    values = {"one": one, "packed": packed, "packed_ms": packed_ms, "transfer_ms": transfer_ms,
+              "ops": prefill_ops, "chunks": len(chunks(dep.isl, chunk))}
+    return PoolPriced(values, steps, pre.kinds, pre.versions, list(mem.notes), pre.notes, mem.to_dict(),
+                      pre.fallbacks, pre.substitutions, kv_all)
+
+
+def price_decode_pool(db: Database, dep: Deployment, served: Served | None = None, *,
+                      allow_substitute: bool = False, memory: PoolMemory | None = None) -> PoolPriced:
+    """The decode pool of a disaggregated ``dep`` (its batch: requests per attention-DP rank),
+    its step replayed as a CUDA graph up to the backend's largest captured batch; ``memory``:
+    :func:`pool_memory_of` the pool, when the caller has checked it already."""
+    assert dep.decode is not None and dep.decode.batch is not None
+    served = served or serving_of(db, dep)
+    mem = memory or pool_memory_of(dep, dep.decode, served, "decode")
+    notes = list(mem.notes)
+    dec = _Steps(db, dep, served.config.model_id, dep.decode, served.version, served.has_moe, allow_substitute)
+    kv_mean = mean_kv(dep.isl, dep.osl)
+    decode_step, graphed = _decode_step(dec, backend_of(dep.backend), system_memory(dep.system).capacity,
+                                        dep.decode.batch, kv_mean, notes)
+    decode_ms = float(decode_step.total_ms or 0.0) + dec.hop_ms
+    steps = {"decode": {"ms": decode_ms, "batch": dep.decode.batch, "kv": kv_mean, "graphed": graphed,
+                        "components": decode_step.components}}
+    return PoolPriced({"decode_ms": decode_ms}, steps, dec.kinds, dec.versions, notes, dec.notes, mem.to_dict(),
+                      dec.fallbacks, dec.substitutions)
+
+
+def disagg_inputs(isl: int, osl: int, concurrency: int, prefill_ranks: int, pre: PoolPriced,
+                  dec: PoolPriced) -> DisaggInputs:
+    """The serving model's inputs of a disaggregated deployment from its two pools: closed-loop
+    users over the whole deployment (decode batch x decode workers x their DP ranks) and prefill
+    ranks (prefill workers x their DP ranks)."""
+    p = pre.values
+    return DisaggInputs(concurrency, isl, osl, prefill_ranks, p["one"], p["packed_ms"], p["packed"],
+                        dec.values["decode_ms"], p["transfer_ms"], p["ops"], p["chunks"])
+
+
+def tokens_per_s_per_gpu(concurrency: int, osl: int, ttft_ms: float, tpot_ms: float, gpus: int) -> float:
+    """Output tokens per second per GPU of a closed loop (docs/search.md, the scoreboard's
+    definition): ``concurrency x osl / (TTFT + (osl - 1) x TPOT) / GPUs``."""
+    cycle_ms = ttft_ms + (osl - 1) * tpot_ms
+    return concurrency * osl / cycle_ms * 1000.0 / gpus
 
 
 def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
@@ -553,8 +696,7 @@ def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
         times = disaggregated(priced.inputs, constants)
     per_gpu: float | None = None
     if times.ttft_ms is not None and priced.concurrency is not None and priced.gpus:
-        cycle_ms = times.ttft_ms + (dep.osl - 1) * times.tpot_ms
-        per_gpu = priced.concurrency * dep.osl / cycle_ms * 1000.0 / priced.gpus
+        per_gpu = tokens_per_s_per_gpu(priced.concurrency, dep.osl, times.ttft_ms, times.tpot_ms, priced.gpus)
     serving = {**times.detail, "constants": {"source": source, **vars(constants)}, "memory": priced.memory,
                "concurrency": priced.concurrency}
     if priced.ttft_reason is not None:
@@ -573,5 +715,7 @@ def predict(db: Database, dep: Deployment, *, fitted: bool = True, allow_substit
     return solve(price(db, dep, allow_substitute=allow_substitute), constants, source)
 
 
-__all__ = ["FIELDS", "KV_BYTES", "Deployment", "Pool", "Prediction", "Priced", "constants_for", "deployment_from_row",
-           "kv_bytes_per_token", "predict", "price", "served_model", "solve", "weight_bytes_per_gpu"]
+__all__ = ["FIELDS", "KV_BYTES", "Deployment", "Pool", "PoolPriced", "Prediction", "Priced", "Served", "constants_for",
+           "deployment_from_row", "disagg_inputs", "kv_bytes_per_token", "kv_element_bytes", "pool_memory_of",
+           "predict", "price", "price_decode_pool", "price_prefill_pool", "served_model", "serving_of", "solve",
+           "tokens_per_s_per_gpu", "weight_bytes_per_gpu"]

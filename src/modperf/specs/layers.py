@@ -130,7 +130,15 @@ def _head_dim(cfg: ModelConfig) -> int:
 
 
 def layer_schedule(cfg: ModelConfig) -> LayerSchedule:
-    """The attention layers of a model, read from its config."""
+    """The attention layers of a model, read from its config; kept on the config object (read
+    for every deployment priced: its weights, its KV bytes; callers only read it)."""
+    kept = cfg.__dict__.get("_layer_schedule")
+    if kept is None:
+        kept = cfg.__dict__["_layer_schedule"] = _layer_schedule(cfg)
+    return kept
+
+
+def _layer_schedule(cfg: ModelConfig) -> LayerSchedule:
     text = cfg.text
     arch = (cfg.architectures or (None,))[0]
     native = cfg.native_heads
@@ -301,6 +309,14 @@ def _int(cfg: ModelConfig, *names: str) -> int | None:
 
 
 def ffn_schedule(cfg: ModelConfig) -> list[FfnLayer]:
+    """:func:`_ffn_schedule`, kept on the config object (callers only read it)."""
+    kept = cfg.__dict__.get("_ffn_schedule")
+    if kept is None:
+        kept = cfg.__dict__["_ffn_schedule"] = _ffn_schedule(cfg)
+    return kept
+
+
+def _ffn_schedule(cfg: ModelConfig) -> list[FfnLayer]:
     """The feed-forward block of every decoder layer, read from the config (the layer order of
     the attention schedule). Which layers are MoE: DeepSeek-style ``first_k_dense_replace`` and
     ``moe_layer_freq`` (an int, or a per-layer list), Qwen-style ``decoder_sparse_step`` and

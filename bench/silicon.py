@@ -19,6 +19,10 @@ served). modperf itself never guesses one id for another.
     python bench/silicon.py --limit 300           # a quick look (every n-th row)
     python bench/silicon.py --cv                  # the form choices: grouped CV on calibration rows
     python bench/silicon.py --tool                # also the best tool on the same rows (minutes)
+    python bench/silicon.py --simulate            # the grouped CV that says whether the simulation or the
+                                                  # closed form predicts calibration better, and both scored
+    python bench/silicon.py --simulate --fit      # fit the simulation's constants on calibration rows, write
+                                                  # src/modperf/simulation_constants.py, score both halves
 
 ``--tool`` puts aiconfigurator's own serving estimate beside modperf's on one fixed sample: the
 evaluation rows of an 800-row stratified sample of the whole file (by system x backend x mode,
@@ -339,6 +343,10 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="every n-th row, about this many (a quick look)")
     parser.add_argument("--cv", action="store_true", help="cross-validate the serving model's forms on calibration "
                         "rows (grouped folds) and stop")
+    parser.add_argument("--simulate", action="store_true", help="score the request-level simulation's means beside "
+                        "the closed form on both halves, cross-validate both on calibration rows, and stop "
+                        "(bench/silicon_simulate.py)")
+    parser.add_argument("--no-simulate-cv", action="store_true", help="with --simulate: no cross-validation")
     parser.add_argument("--tool", action="store_true", help="also aiconfigurator on the stratified sample's rows")
     parser.add_argument("--tool-sample", type=int, default=800, help="rows of the whole file sampled (default 800)")
     parser.add_argument("--tool-python", help="interpreter with aiconfigurator installed (default: the first found)")
@@ -371,6 +379,13 @@ def main() -> int:
     print(f"priced {len(rows_priced)} rows in {seconds:.1f} s ({seconds / len(rows_priced) * 1000:.1f} ms per row)")
     if args.cv:
         cross_validate(rows_priced, priced, db)
+        return 0
+    if args.simulate:
+        from silicon_simulate import simulate_mode
+
+        from modperf import serving_constants as sc
+
+        simulate_mode(rows, priced, {"agg": sc.AGG}, cv=not args.no_simulate_cv, fit=args.fit)
         return 0
     if args.fit:
         agg, disagg, counts = fit(rows, priced)

@@ -434,6 +434,8 @@ class Priced:
     kinds: Counter[str]
     versions: dict[str, str]
     notes: list[str]
+    #: Prices more steps of the same (aggregated) pool: the simulation's grid (modperf.percentiles).
+    pricer: _Steps | None = None
 
 
 def price(db: Database, dep: Deployment) -> Priced:
@@ -497,7 +499,7 @@ def price(db: Database, dep: Deployment) -> Priced:
         memory_doc = {"weights_gib_per_gpu": weights / 2**30, "kv_budget_gib_per_gpu": budget / 2**30,
                       "kv_bytes_per_token": per_token, "max_running": max_running}
         return Priced(dep, inputs, steps, memory_doc, pool.batch * pool.attention_dp, pool.gpus_per_worker,
-                      priced.kinds, priced.versions, notes + priced.notes)
+                      priced.kinds, priced.versions, notes + priced.notes, priced)
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
     pre = _Steps(db, dep, config.model_id, dep.prefill, version, has_moe)
     dec = _Steps(db, dep, config.model_id, dep.decode, version, has_moe)

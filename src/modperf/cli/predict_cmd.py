@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Annotated, Any
 
@@ -13,7 +14,8 @@ from .. import errors as E
 from ..batch import error_line, parse_line, read_lines
 from ..db import Database
 from ..jsonio import dumps
-from ..predict import Prediction, deployment_from_row, predict
+from ..percentiles import percentiles as simulate_percentiles
+from ..predict import Deployment, Prediction, constants_for, deployment_from_row, predict, price, solve
 from ._app import app
 from ._batch import open_batch
 from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
@@ -62,6 +64,30 @@ def print_prediction(p: Prediction) -> None:
         console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
 
 
+def print_percentiles(doc: dict[str, Any]) -> None:
+    """The simulation's answer (modperf.percentiles): a table of p50 / p90 / p99 / mean."""
+    if doc["loop"] == "closed":
+        title = f"simulated: closed loop, concurrency {doc['concurrency']}, {doc['requests']:,} requests"
+    else:
+        title = (f"simulated: open loop, {doc['request_rate_per_s']:g} requests/s, {doc['requests']:,} requests, "
+                 f"seed {doc['seed']}")
+    table = Table(title=escape(title))
+    table.add_column("ms", no_wrap=True)
+    for name in ("p50", "p90", "p99", "mean"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "end-to-end")):
+        row = doc[key]
+        digits = 2 if key == "tpot_ms" else 1
+        table.add_row(label, *(f"{row[k]:.{digits}f}" for k in ("p50", "p90", "p99", "mean")))
+    console.print(table)
+    stats = doc["stats"]
+    console.print(f"tokens/s per GPU {doc['tokens_per_s_per_gpu']:.1f}, per user {doc['tokens_per_s_per_user']:.1f}; "
+                  f"{stats['engine_steps']:,} engine steps, {stats['preemptions']:,} preemptions, at most "
+                  f"{stats['max_running']} running per rank", style="dim", soft_wrap=True)
+    for note in doc["notes"]:
+        console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
+
+
 def _batch_size_or_file(value: str | None) -> tuple[int | None, str | None]:
     """``--batch N`` is the batch size; ``--batch FILE`` or ``--batch -`` reads JSON lines."""
     if value is None:
@@ -107,6 +133,13 @@ def predict_command(
     decode_attention_dp: Annotated[int | None, _opt("--decode-attention-dp", "disagg: decode DP.")] = None,
     physics_only: Annotated[bool, typer.Option(
         "--physics-only", help="Use the op tables' step times as they are (no fitted constants).")] = False,
+    percentiles: Annotated[bool, typer.Option(
+        "--percentiles", help="Also p50 / p90 / p99 of TTFT, TPOT and end-to-end latency from a request-level "
+                              "simulation of the backend's scheduler (aggregated deployments).")] = False,
+    request_rate: Annotated[float | None, _opt(
+        "--request-rate", "With --percentiles: simulate an open loop of Poisson arrivals at this many requests/s "
+                          "over the deployment (default: a closed loop at the concurrency).")] = None,
+    seed: Annotated[int | None, _opt("--seed", "With --request-rate: the arrivals' seed (default 0).")] = None,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
@@ -117,9 +150,10 @@ def predict_command(
     failed), 2 usage errors.
     """
     batch_size, batch_file = _batch_size_or_file(batch)
+    simulation = _simulation_options(percentiles, request_rate, seed)
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     if batch_file is not None:
-        raise typer.Exit(_run_batch(db, batch_file, fitted=not physics_only))
+        raise typer.Exit(_run_batch(db, batch_file, fitted=not physics_only, simulation=simulation))
     row: dict[str, Any] = {
         "model_path": model, "system": system, "backend": backend, "backend_version": version, "mode": mode,
         "isl": isl, "osl": osl, "gemm_quant_mode": gemm_quant, "moe_quant_mode": moe_quant,
@@ -136,14 +170,44 @@ def predict_command(
         raise E.UsageError(f"missing {', '.join(missing)}", values={"missing": missing},
                            fix="modperf predict --model M --system S --backend B --isl N --osl N --batch N --tp N")
     dep = deployment_from_row({k: v for k, v in row.items() if v is not None})  # a bad value: QueryFieldError, exit 2
-    result = predict(db, dep, fitted=not physics_only)
+    result, simulated = _answer(db, dep, fitted=not physics_only, simulation=simulation)
     if json_out:
-        emit_json(result.to_dict())
+        emit_json(result.to_dict() | ({"percentiles": simulated} if simulated is not None else {}))
     else:
         print_prediction(result)
+        if simulated is not None:
+            print_percentiles(simulated)
 
 
-def _run_batch(db: Database, path: str, *, fitted: bool) -> int:
+def _simulation_options(percentiles: bool, request_rate: float | None, seed: int | None) -> dict[str, Any] | None:
+    """The simulation's options, or None without --percentiles; the flags that only shape
+    the simulation are refused without it (and --seed without --request-rate)."""
+    if not percentiles:
+        given = [name for name, value in (("--request-rate", request_rate), ("--seed", seed)) if value is not None]
+        if given:
+            raise E.UsageError(f"{', '.join(given)} shape(s) the simulation: give --percentiles too",
+                               values={"given": given}, fix="add --percentiles, or drop " + ", ".join(given))
+        return None
+    if request_rate is not None and not (math.isfinite(request_rate) and request_rate > 0):
+        raise E.UsageError("--request-rate must be a positive number of requests per second",
+                           values={"request_rate": request_rate}, fix="e.g. --request-rate 4")
+    if seed is not None and request_rate is None:
+        raise E.UsageError("--seed seeds the open loop's arrivals: give --request-rate too", values={"seed": seed},
+                           fix="add --request-rate R, or drop --seed (the closed loop is not random)")
+    return {"request_rate": request_rate, "seed": seed or 0}
+
+
+def _answer(db: Database, dep: Deployment, *, fitted: bool, simulation: dict[str, Any] | None
+            ) -> tuple[Prediction, dict[str, Any] | None]:
+    """The closed form's prediction, and the simulation's percentiles when asked (one pricing)."""
+    if simulation is None:
+        return predict(db, dep, fitted=fitted), None
+    priced = price(db, dep)
+    result = solve(priced, *constants_for(dep, fitted))
+    return result, simulate_percentiles(db, dep, fitted=fitted, priced=priced, **simulation)
+
+
+def _run_batch(db: Database, path: str, *, fitted: bool, simulation: dict[str, Any] | None = None) -> int:
     stream = open_batch(path)
     failed = 0
     try:
@@ -154,7 +218,8 @@ def _run_batch(db: Database, path: str, *, fitted: bool) -> int:
                 if row is None:
                     continue
                 row_id = row.get("id")
-                out = predict(db, deployment_from_row(row), fitted=fitted).to_dict()
+                result, simulated = _answer(db, deployment_from_row(row), fitted=fitted, simulation=simulation)
+                out = result.to_dict() | ({"percentiles": simulated} if simulated is not None else {})
             except Exception as exc:  # a bad line never stops the batch
                 failed += 1
                 out = {"id": row_id if isinstance(row_id, str) else None, **error_line(exc)}

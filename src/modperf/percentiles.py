@@ -54,7 +54,7 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
 #: Requests a closed loop simulates by default: this many rounds of the concurrency, at least
 #: MIN_REQUESTS; an open loop simulates OPEN_REQUESTS.
 ROUNDS = 10
-MIN_REQUESTS = 2000
+MIN_REQUESTS = 1000
 OPEN_REQUESTS = 10000
 #: The closed loop's form (chosen by cross-validation on calibration rows; docs/serving.md):
 #: the first wave (every user's first request, sent at once) measured or not, and whether the
@@ -124,23 +124,28 @@ def _shape(prefill: SeqChunk | None, decode: DecodePart | None) -> str:
 def step_times(priced: Priced, *, step_tokens: int, max_decode: int, max_prefill_seqs: int, mixed: bool
                ) -> tuple[StepTimes, list[str]]:
     """The simulation's grid for ``priced``'s pool (module doc), and notes on what it had to
-    fill in: prefill attention where a table does not reach a grid point is scaled from the
-    nearest priced point of the same row (or row below), linearly in tokens."""
+    fill in: a decode step at the ends of the kv range that an attention table does not reach
+    is the step at the mean kv (the closed form's point, which must be covered) moved by the
+    nearest batch's slope in kv; prefill attention where a table does not reach a grid point
+    is scaled from the nearest priced point of the same row (or row below), linearly in
+    tokens."""
     dep = priced.deployment
     isl, osl = dep.isl, dep.osl
     notes: list[str] = []
-    kvs = sorted({isl + 1, mean_kv(isl, osl), isl + osl})
-    batches = _log_points(max(max_decode, 1))
-    decode = [[0.0] * len(kvs) for _ in batches]
-    decode_other: dict[int, float] = {}
     mid = mean_kv(isl, osl)
-    for i, d in enumerate(batches):
-        for j, kv in enumerate(kvs):
-            parts = _parts(priced, None, DecodePart(d, kv), need_attention=True)
-            assert parts.attention is not None
-            decode[i][j] = parts.attention + parts.other
+    kvs = sorted({isl + 1, mid, isl + osl})
+    batches = _log_points(max(max_decode, 1))
+    decode_rows: list[list[float | None]] = []
+    decode_other: dict[int, float] = {}
+    for d in batches:
+        decode_row: list[float | None] = []
+        for kv in kvs:
+            parts = _parts(priced, None, DecodePart(d, kv), need_attention=kv == mid)
+            decode_row.append(None if parts.attention is None else parts.attention + parts.other)
             if kv == mid:
                 decode_other[d] = parts.other
+        decode_rows.append(decode_row)
+    decode = _fill_kv(decode_rows, kvs, kvs.index(mid), batches, notes)
     # what prefill tokens add to a step, besides their attention
     top = min(step_tokens, max(isl, 1) * max(max_prefill_seqs, 1))
     tokens = sorted(set(_log_points(top, 1, 1)) | {t for t in (isl, min(isl, step_tokens), top) if 1 <= t <= top})
@@ -186,6 +191,36 @@ def step_times(priced: Priced, *, step_tokens: int, max_decode: int, max_prefill
     return grid, notes
 
 
+def _fill_kv(rows: list[list[float | None]], kvs: list[int], mid: int, batches: list[int], notes: list[str]
+             ) -> list[list[float]]:
+    """Decode steps at kv ends no attention table reaches: the mean-kv step moved along the
+    nearest complete batch's slope (flat where no batch has one)."""
+    complete = [i for i, row in enumerate(rows) if all(v is not None for v in row)]
+    out = []
+    for i, row in enumerate(rows):
+        if i in complete:
+            out.append([float(v) for v in row if v is not None])
+            continue
+        centre = row[mid]
+        assert centre is not None
+        near = min(complete, key=lambda k: abs(k - i)) if complete else None
+        filled = []
+        for j, v in enumerate(row):
+            if v is None:
+                slope = 0.0
+                if near is not None:
+                    ref = rows[near]
+                    lo_v, hi_v = ref[0], ref[-1]
+                    assert lo_v is not None and hi_v is not None
+                    slope = (hi_v - lo_v) / (kvs[-1] - kvs[0]) if kvs[-1] > kvs[0] else 0.0
+                v = centre + slope * (kvs[j] - kvs[mid])
+                notes.append(f"decode step of {batches[i]} at kv {kvs[j]}: no attention table reaches it; the step "
+                             f"at kv {kvs[mid]} moved along batch {batches[near] if near is not None else '-'}'s slope")
+            filled.append(v)
+        out.append(filled)
+    return out
+
+
 def _fill(rows: list[list[float | None]], xs: list[int], ns: list[int], notes: list[str]) -> list[list[float]]:
     """Grid points no attention table reaches, scaled from the nearest priced point of the row
     (linearly in tokens), or from the row of fewer sequences."""
@@ -210,10 +245,10 @@ def _fill(rows: list[list[float | None]], xs: list[int], ns: list[int], notes: l
     return out
 
 
-def scheduler_for(priced: Priced, *, requests_cap: int | None = None) -> Scheduler:
+def scheduler_for(priced: Priced, *, max_running: int | None = None) -> Scheduler:
     """The deployment's backend scheduler (:data:`SCHEDULERS`), its step budget and running
-    limit (modperf.serving.BACKENDS) and the rank's KV cache in tokens (the serving model's
-    memory rule)."""
+    limit (modperf.serving.BACKENDS; ``max_running`` lowers it, as a deployment's
+    max_num_seqs does) and the rank's KV cache in tokens (the serving model's memory rule)."""
     dep = priced.deployment
     backend = backend_of(dep.backend)
     memory = system_memory(dep.system)
@@ -224,7 +259,8 @@ def scheduler_for(priced: Priced, *, requests_cap: int | None = None) -> Schedul
     if kind is None:
         raise E.OptionValueError(f"no scheduler for backend {E.quote(dep.backend)}", values={"backend": dep.backend},
                                  fix=f"backends the simulation knows: {', '.join(sorted(SCHEDULERS))}")
-    return Scheduler(step_tokens=chunk_tokens(backend, memory.capacity), max_running=backend.max_running,
+    running = backend.max_running if max_running is None else min(backend.max_running, max_running)
+    return Scheduler(step_tokens=chunk_tokens(backend, memory.capacity), max_running=running,
                      kv_tokens=kv_tokens, name=dep.backend, **kind)
 
 
@@ -239,7 +275,10 @@ class Prepared:
 
 
 def prepare(priced: Priced, *, request_rate: float | None = None) -> Prepared:
-    """The grid and scheduler of an aggregated deployment ``priced`` (module doc)."""
+    """The grid and scheduler of an aggregated deployment ``priced`` (module doc). In an open
+    loop (``request_rate``) the deployment's batch is the most requests a rank runs at once
+    (its max_num_seqs / max_batch_size / max_running_requests); in a closed loop it is the
+    users per rank."""
     dep = priced.deployment
     if dep.mode != "agg" or priced.pricer is None or dep.pool is None:
         raise E.OptionValueError("percentiles are simulated for aggregated deployments only",
@@ -247,13 +286,11 @@ def prepare(priced: Priced, *, request_rate: float | None = None) -> Prepared:
     if dep.pool.pp > 1:
         raise E.OptionValueError("the simulation runs one pipeline stage (pp 1); no measured deployment has pp > 1",
                                  values={"pp": dep.pool.pp}, fix="drop --percentiles, or use pp 1")
-    scheduler = scheduler_for(priced)
-    running = scheduler.max_running
+    assert dep.pool.batch is not None
+    scheduler = scheduler_for(priced, max_running=None if request_rate is None else dep.pool.batch)
+    running = min(scheduler.max_running, dep.pool.batch)
     if scheduler.kv_tokens is not None:
         running = min(running, max(1, scheduler.kv_tokens // (dep.isl + 1)))
-    if request_rate is None:
-        assert dep.pool.batch is not None
-        running = min(running, dep.pool.batch)
     packed = scheduler.step_tokens // max(dep.isl, 1) + 1
     grid, notes = step_times(priced, step_tokens=scheduler.step_tokens, max_decode=running,
                              max_prefill_seqs=min(packed, running), mixed=scheduler.mixed)

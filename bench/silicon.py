@@ -347,6 +347,8 @@ def main() -> int:
                         "the closed form on both halves, cross-validate both on calibration rows, and stop "
                         "(bench/silicon_simulate.py)")
     parser.add_argument("--no-simulate-cv", action="store_true", help="with --simulate: no cross-validation")
+    parser.add_argument("--simulate-forms", choices=("kept", "all"), default="kept", help="with --simulate: "
+                        "cross-validate the kept simulation form only (default) or every form")
     parser.add_argument("--tool", action="store_true", help="also aiconfigurator on the stratified sample's rows")
     parser.add_argument("--tool-sample", type=int, default=800, help="rows of the whole file sampled (default 800)")
     parser.add_argument("--tool-python", help="interpreter with aiconfigurator installed (default: the first found)")
@@ -385,7 +387,8 @@ def main() -> int:
 
         from modperf import serving_constants as sc
 
-        simulate_mode(rows, priced, {"agg": sc.AGG}, cv=not args.no_simulate_cv, fit=args.fit)
+        simulate_mode(rows, priced, {"agg": sc.AGG}, cv=not args.no_simulate_cv, fit=args.fit,
+                      all_forms=args.simulate_forms == "all")
         return 0
     if args.fit:
         agg, disagg, counts = fit(rows, priced)

@@ -39,15 +39,17 @@ from modperf.serving import Constants
 
 CONSTANTS_FILE = Path(__file__).resolve().parent.parent / "src" / "modperf" / "simulation_constants.py"
 
-#: The simulation's forms the cross-validation compares: every user starts at time 0 (as a
-#: benchmark does) and the output lengths spread by a fitted share; the means over every
-#: request (the first wave too, as a benchmark counts it) or over the steady state.
+#: The simulation's forms the cross-validation compares (``--simulate-forms all``): every user
+#: starts at time 0 (as a benchmark does) and the output lengths spread by a fitted share; the
+#: means over every request (the first wave too, as a benchmark counts it; the form kept,
+#: modperf.percentiles.MEASURE_FIRST_WAVE) or over the steady state (each user's first request
+#: left out).
 FORMS: dict[str, dict[str, Any]] = {
     "first wave measured": {"first_wave": True},
     "steady state": {"first_wave": False},
 }
 #: The Nelder-Mead budget of one fit (4 constants: s_pre, s_dec, tau0, osl_spread).
-FIT_ITERATIONS = 60
+FIT_ITERATIONS = 45
 
 
 def prepare_all(rows: list[dict[str, Any]], priced: dict[str, Priced | E.ModperfError]
@@ -137,7 +139,7 @@ def write_constants(fitted: dict[str, SimConstants], form: str, counts: dict[str
 
 
 def simulate_mode(rows, priced, constants: dict[str, Any], *, folds: int = 4, cv: bool = True,
-                  fit: bool = False) -> None:
+                  fit: bool = False, all_forms: bool = False) -> None:
     from silicon import calibration_rows, fit_group
 
     from modperf.percentiles import MEASURE_FIRST_WAVE, fitted_simulation_constants
@@ -151,6 +153,8 @@ def simulate_mode(rows, priced, constants: dict[str, Any], *, folds: int = 4, cv
     for reason, n in failed.most_common(5):
         print(f"  {n:>5}  {reason}")
     calib = [r for r in calibration_rows(rows, priced, "agg") if r["id"] in ready]
+    form_name = "first wave measured" if MEASURE_FIRST_WAVE else "steady state"
+    forms = FORMS if all_forms else {form_name: FORMS[form_name]}
 
     if cv:
         # --- grouped cross-validation on the calibration rows both answer
@@ -174,7 +178,7 @@ def simulate_mode(rows, priced, constants: dict[str, Any], *, folds: int = 4, cv
                     pred = solve(priced[r["id"]], cf, "")
                     errs["closed form"].append((pred.ttft_ms / r["silicon_ttft_ms"] - 1,
                                                 pred.tpot_ms / r["silicon_tpot_ms"] - 1))
-                for name, form in FORMS.items():
+                for name, form in forms.items():
                     cs = fit_simulation(group, ready, form, [cf.s_pre, cf.s_dec, cf.tau0_ms, 0.1])
                     for r in (r for r in test if r["backend"] == backend):
                         t, p = sim_means(ready[r["id"]], cs, form)
@@ -189,7 +193,6 @@ def simulate_mode(rows, priced, constants: dict[str, Any], *, folds: int = 4, cv
         best = min(score, key=lambda name: score[name])
         print(f"  better on the calibration half (sum of the TTFT and TPOT medians): {best}")
 
-    form_name = "first wave measured" if MEASURE_FIRST_WAVE else "steady state"
     form = FORMS[form_name]
     if fit:
         fitted, counts = {}, {}

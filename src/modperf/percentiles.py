@@ -367,7 +367,7 @@ def report(prepared: Prepared, sim: Simulated, constants: SimConstants, source: 
         "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": 1000.0 / tpot,
         "requests": load.requests, "measured": sim.stats["measured"],
         "seed": load.seed if load.loop == "open" or load.start == "random" else None,
-        "stats": {k: v for k, v in sim.stats.items() if k not in ("wall_s",)},
+        "stats": {k: v for k, v in sim.stats.items() if k not in ("wall_s", "cpu_s", "requests_simulated_per_s")},
         "scheduler": prepared.scheduler.to_dict(),
         "constants": {"source": source, **vars(constants)},
         "notes": notes}

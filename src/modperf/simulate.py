@@ -320,7 +320,7 @@ def simulate(steps: StepTimes, scheduler: Scheduler, workload: Workload, *, pref
     does not fit the cache)."""
     import numpy as np
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     isl, osl, total = workload.isl, workload.osl, workload.requests
     # (a closed loop that does not drain sends up to `concurrency` unmeasured requests more)
     budget_tokens = scheduler.step_tokens
@@ -662,12 +662,13 @@ def simulate(steps: StepTimes, scheduler: Scheduler, workload: Workload, *, pref
     sent = np.asarray(send[lo:total])
     firsts = np.asarray(first[lo:total])
     ends = np.asarray(done[lo:total])
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     window = float(ends.max() - sent.min())
     stats = {"requests": total, "measured": total - lo, "engine_steps": steps_taken, "events": events,
              "preemptions": preemptions, "max_running": max_seen, "simulated_ms": now,
              "requests_per_s": (total - lo) / window * 1000.0 if window > 0 else math.inf,
-             "wall_s": elapsed, "requests_simulated_per_s": created / elapsed if elapsed > 0 else math.inf}
+             "wall_s": elapsed, "cpu_s": cpu,
+             "requests_simulated_per_s": created / cpu if cpu > 0 else math.inf}
     lengths = np.asarray(olen[lo:total])
     return Simulated(workload, scheduler, firsts - sent, (ends - firsts) / (lengths - 1), ends - sent, stats)
 

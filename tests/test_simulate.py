@@ -144,3 +144,16 @@ def test_refusals_are_typed() -> None:
     with pytest.raises(E.NotCoveredError, match="does not fit the rank's KV cache"):
         simulate(FIXED, Scheduler(step_tokens=8192, max_running=4, kv_tokens=100, admission="whole_sequence"),
                  Workload(isl=90, osl=20, concurrency=1))
+
+
+def test_output_lengths_spread() -> None:
+    """One user, output lengths drawn from osl x [0.5, 1.5] = 6..16 tokens (seeded): TTFT and
+    TPOT stay one prefill and one decode step; end-to-end is P + (length - 1) D, each length
+    of the range seen; the same seed draws the same lengths."""
+    load = Workload(isl=1000, osl=11, concurrency=1, requests=500, osl_spread=0.5, seed=3)
+    sim = simulate(FIXED, vllm_like(), load)
+    same(sim.ttft_ms, P)
+    same(sim.tpot_ms, D)
+    lengths = np.round((sim.e2e_ms - P) / D + 1).astype(int)
+    assert sorted(set(lengths.tolist())) == list(range(6, 17))
+    assert np.array_equal(simulate(FIXED, vllm_like(), load).e2e_ms, sim.e2e_ms)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors as E
 from .model_step import DecodePart, SeqChunk, step_cost
-from .serving import AggInputs, backend_of, chunk_tokens, mean_kv, system_memory
+from .serving import backend_of, chunk_tokens, mean_kv, system_memory
 from .simulate import Scheduler, Simulated, StepTimes, Workload, simulate
 
 if TYPE_CHECKING:
@@ -61,9 +61,6 @@ OPEN_REQUESTS = 10000
 #: users stop once the requests are sent (a benchmark's drain).
 MEASURE_FIRST_WAVE = True
 DRAIN = True
-#: When the closed loop's users send their first requests (modperf.simulate.Workload.start):
-#: together, or spread over one closed-form cycle at random or evenly.
-START = "together"
 
 
 def _log_points(top: int, lowest: int = 1, per_octave: int = 2) -> list[int]:
@@ -313,7 +310,7 @@ class SimConstants:
 
 def run(prepared: Prepared, constants: SimConstants, *, request_rate: float | None = None,
         requests: int | None = None, seed: int = 0, first_wave: bool | None = None, drain: bool | None = None,
-        start: str | None = None, rounds: int | None = None, min_requests: int | None = None) -> Simulated:
+        rounds: int | None = None, min_requests: int | None = None) -> Simulated:
     """Simulate ``prepared`` with ``constants``: a closed loop at the deployment's batch (per
     attention-DP rank), or an open loop at ``request_rate`` requests per second over the
     deployment (each attention-DP rank gets its share)."""
@@ -321,21 +318,13 @@ def run(prepared: Prepared, constants: SimConstants, *, request_rate: float | No
     assert dep.pool is not None and dep.pool.batch is not None
     first_wave = MEASURE_FIRST_WAVE if first_wave is None else first_wave
     drain = DRAIN if drain is None else drain
-    start = START if start is None else start
     if request_rate is None:
         users = dep.pool.batch
         count = requests or max(MIN_REQUESTS if min_requests is None else min_requests,
                                 (ROUNDS if rounds is None else rounds) * users)
-        window = 0.0
-        if start != "together":
-            x = prepared.priced.inputs
-            assert isinstance(x, AggInputs)
-            window = constants.s_pre * x.prefill_one_ms + (dep.osl - 1) * constants.s_dec * x.decode_ms \
-                + constants.tau0_ms
         load = Workload(dep.isl, dep.osl, concurrency=users, requests=count,
-                        warmup=0 if first_wave or users >= count else users, drain=drain, start=start,
-                        start_window_ms=window, delay_ms=constants.tau0_ms, osl_spread=constants.osl_spread,
-                        seed=seed)
+                        warmup=0 if first_wave or users >= count else users, drain=drain,
+                        delay_ms=constants.tau0_ms, osl_spread=constants.osl_spread, seed=seed)
     else:
         load = Workload(dep.isl, dep.osl, request_rate=request_rate / dep.pool.attention_dp,
                         requests=requests or OPEN_REQUESTS, delay_ms=constants.tau0_ms,
@@ -366,7 +355,7 @@ def report(prepared: Prepared, sim: Simulated, constants: SimConstants, source: 
         "loop": load.loop, **summary,
         "tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": 1000.0 / tpot,
         "requests": load.requests, "measured": sim.stats["measured"],
-        "seed": load.seed if load.loop == "open" or load.start == "random" else None,
+        "seed": load.seed if load.loop == "open" or load.osl_spread else None,
         "stats": {k: v for k, v in sim.stats.items() if k not in ("wall_s", "cpu_s", "requests_simulated_per_s")},
         "scheduler": prepared.scheduler.to_dict(),
         "constants": {"source": source, **vars(constants)},

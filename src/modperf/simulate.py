@@ -31,10 +31,13 @@ What one rank's engine does, step by step:
   freed, it goes back to the front of the waiting queue, and when admitted again it recomputes
   its prompt and the tokens it had generated (vLLM's recompute preemption, SGLang's retract).
 * **Arrivals.** A closed loop of ``concurrency`` users, each sending its next request when the
-  last one completes (all start at time 0), or an open loop of Poisson arrivals at
-  ``request_rate`` (seeded). ``delay_ms`` is the path outside the engine (frontend, tokenizer,
-  first-token streaming): a request reaches the scheduler ``delay_ms`` after it is sent, and
-  its TTFT and end-to-end latency count it.
+  last one completes (all start at time 0, as a benchmark does), or an open loop of Poisson
+  arrivals at ``request_rate`` (seeded). ``delay_ms`` is the path outside the engine
+  (frontend, tokenizer, first-token streaming): a request reaches the scheduler ``delay_ms``
+  after it is sent, and its TTFT and end-to-end latency count it. Output lengths are ``osl``,
+  or spread uniformly by ``osl_spread`` around it (seeded): with every length equal, a closed
+  loop locks into waves (requests prefilled in consecutive steps finish in consecutive decode
+  steps and come back together), which a small spread breaks.
 
 The engine does not step through time one engine step at a time: while the running set and its
 composition are unchanged, only decode steps run, and the number of steps until the next event
@@ -58,7 +61,6 @@ from typing import Any
 from . import errors as E
 
 ADMISSIONS = ("as_needed", "whole_sequence", "new_token_ratio")
-STARTS = ("together", "random", "even")
 PERCENTILES = (50, 90, 99)
 
 
@@ -131,17 +133,9 @@ class Workload:
     #: fewer beside them (as a benchmark of N requests drains); False, the users keep sending
     #: (those requests are not measured) until every measured request has completed.
     drain: bool = True
-    #: Closed loop: when the users send their first requests: ``together`` at time 0 (as a
-    #: benchmark starts), ``random`` at times drawn uniformly from [0, start_window_ms)
-    #: (seeded), ``even`` at i x start_window_ms / concurrency for user i.
-    start: str = "together"
-    start_window_ms: float = 0.0
     #: Output lengths drawn uniformly (seeded) from osl x [1 - osl_spread, 1 + osl_spread]
     #: (at least 2); 0: every request generates exactly ``osl`` tokens.
     osl_spread: float = 0.0
-    #: Each request's path outside the engine varies: ``delay_ms`` plus an exponential of this
-    #: mean (seeded); 0: every request takes exactly ``delay_ms``.
-    jitter_ms: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("isl", "requests"):
@@ -168,18 +162,9 @@ class Workload:
             raise E.OptionValueError("warmup must leave at least one request measured",
                                      values={"warmup": self.warmup, "requests": self.requests},
                                      fix="give 0 <= warmup < requests")
-        if self.start not in STARTS:
-            raise E.OptionValueError(f"start must be one of {', '.join(STARTS)}, not {E.quote(self.start)}",
-                                     values={"start": self.start}, fix="together, random or even")
-        if not (math.isfinite(self.start_window_ms) and self.start_window_ms >= 0):
-            raise E.OptionValueError("start_window_ms must be a finite number >= 0",
-                                     values={"start_window_ms": self.start_window_ms}, fix="give start_window_ms >= 0")
         if not (isinstance(self.osl_spread, (int, float)) and 0 <= self.osl_spread < 1):
             raise E.OptionValueError("osl_spread must be in [0, 1)", values={"osl_spread": self.osl_spread},
                                      fix="give 0 <= osl_spread < 1")
-        if not (math.isfinite(self.jitter_ms) and self.jitter_ms >= 0):
-            raise E.OptionValueError("jitter_ms must be a finite number >= 0", values={"jitter_ms": self.jitter_ms},
-                                     fix="give jitter_ms >= 0")
         if not (math.isfinite(self.delay_ms) and self.delay_ms >= 0):
             raise E.OptionValueError("delay_ms must be a finite number >= 0", values={"delay_ms": self.delay_ms},
                                      fix="give delay_ms >= 0")
@@ -402,24 +387,14 @@ def simulate(steps: StepTimes, scheduler: Scheduler, workload: Workload, *, pref
     finish = [0] * slots  # decode counter at which it completes
     state = bytearray(slots)  # 0 not running, 1 prefilling, 2 decoding, 3 done
 
-    extra_delay = (np.random.default_rng([workload.seed, 1]).exponential(workload.jitter_ms, slots).tolist()
-                   if workload.jitter_ms > 0 else None)
     now = 0.0
     counter = 0  # decode steps taken (a step with at least one decoding request)
-    arrivals: list[tuple[float, int]] = []  # a heap: (time at the scheduler, rid)
+    arrivals: deque[tuple[float, int]] = deque()  # (time at the scheduler, rid), in time order
     created = 0
     if workload.concurrency is not None:
         first_wave = min(workload.concurrency, total)
-        window = workload.start_window_ms
-        if workload.start == "random":
-            starts = np.sort(np.random.default_rng(workload.seed).uniform(0.0, window, first_wave)).tolist()
-        elif workload.start == "even":
-            starts = [i * window / workload.concurrency for i in range(first_wave)]
-        else:
-            starts = [0.0] * first_wave
         for rid in range(first_wave):
-            send[rid] = starts[rid]
-            arrivals.append((starts[rid] + delay + (extra_delay[rid] if extra_delay else 0.0), rid))
+            arrivals.append((delay, rid))  # every user sends at time 0
         created = first_wave
     else:
         rate = workload.request_rate
@@ -428,9 +403,8 @@ def simulate(steps: StepTimes, scheduler: Scheduler, workload: Workload, *, pref
         times = np.cumsum(rng.exponential(1000.0 / float(rate), size=total))
         for rid, t in enumerate(times.tolist()):
             send[rid] = t
-            arrivals.append((t + delay + (extra_delay[rid] if extra_delay else 0.0), rid))
+            arrivals.append((t + delay, rid))
         created = total
-    heapq.heapify(arrivals)
     closed = workload.concurrency is not None
 
     waiting: deque[int] = deque()
@@ -500,7 +474,7 @@ def simulate(steps: StepTimes, scheduler: Scheduler, workload: Workload, *, pref
     while completed < total:
         events += 1
         while arrivals and arrivals[0][0] <= now:
-            waiting.append(heapq.heappop(arrivals)[1])
+            waiting.append(arrivals.popleft()[1])
         if not running and not waiting:
             if not arrivals:
                 break
@@ -655,7 +629,7 @@ def simulate(steps: StepTimes, scheduler: Scheduler, workload: Workload, *, pref
                 completed += 1
             if closed and created < slots:
                 send[created] = now
-                heapq.heappush(arrivals, (now + delay + (extra_delay[created] if extra_delay else 0.0), created))
+                arrivals.append((now + delay, created))  # completions come in time order
                 created += 1
 
     lo = workload.warmup

@@ -137,7 +137,7 @@ def step_times(priced: Priced, *, step_tokens: int, max_decode: int, max_prefill
     for d in batches:
         decode_row: list[float | None] = []
         for kv in kvs:
-            parts = _parts(priced, None, DecodePart(d, kv), need_attention=kv == mid)
+            parts = _parts(priced, None, DecodePart(d, kv), need_attention=False)
             decode_row.append(None if parts.attention is None else parts.attention + parts.other)
             if kv == mid:
                 decode_other[d] = parts.other
@@ -190,8 +190,28 @@ def step_times(priced: Priced, *, step_tokens: int, max_decode: int, max_prefill
 
 def _fill_kv(rows: list[list[float | None]], kvs: list[int], mid: int, batches: list[int], notes: list[str]
              ) -> list[list[float]]:
-    """Decode steps at kv ends no attention table reaches: the mean-kv step moved along the
-    nearest complete batch's slope (flat where no batch has one)."""
+    """Decode steps no attention table reaches: at the mean kv, interpolated linearly in the
+    batch between the nearest batches priced there (the nearest one's value past them); at the
+    kv ends, the mean-kv step moved along the nearest complete batch's slope (flat where no
+    batch has one)."""
+    priced_mid = [i for i, row in enumerate(rows) if row[mid] is not None]
+    if not priced_mid:
+        raise E.NotCoveredError(f"no decode attention table reaches kv {kvs[mid]} at any batch up to {batches[-1]}",
+                                values={"kv": kvs[mid], "batch": batches[-1]},
+                                fix="see `modperf estimate --scope model` for the ops no table covers")
+    for i, row in enumerate(rows):
+        if row[mid] is None:
+            below = [k for k in priced_mid if k < i]
+            above = [k for k in priced_mid if k > i]
+            if below and above:
+                lo, hi = below[-1], above[0]
+                y0, y1 = rows[lo][mid], rows[hi][mid]
+                assert y0 is not None and y1 is not None
+                row[mid] = y0 + (y1 - y0) * (batches[i] - batches[lo]) / (batches[hi] - batches[lo])
+            else:
+                row[mid] = rows[(below or above)[-1 if below else 0]][mid]
+            notes.append(f"decode step of {batches[i]} at kv {kvs[mid]}: no attention table reaches it; "
+                         "interpolated in the batch")
     complete = [i for i, row in enumerate(rows) if all(v is not None for v in row)]
     out = []
     for i, row in enumerate(rows):

@@ -389,15 +389,22 @@ def report(prepared: Prepared, sim: Simulated, constants: SimConstants, source: 
 
 
 def percentiles(db: Database, dep: Deployment, *, fitted: bool = True, request_rate: float | None = None,
-                requests: int | None = None, seed: int = 0, priced: Priced | None = None) -> dict[str, Any]:
-    """TTFT, TPOT and end-to-end percentiles of ``dep`` (module doc), as plain data."""
+                requests: int | None = None, seed: int | None = None, priced: Priced | None = None
+                ) -> dict[str, Any]:
+    """TTFT, TPOT and end-to-end percentiles of ``dep`` (module doc), as plain data. ``seed``
+    (default 0) seeds the open loop's arrivals and the output lengths; a seed given to a run
+    with neither (a closed loop of exact lengths) is refused."""
     from .predict import price
 
+    constants, source = simulation_constants(dep, fitted)
+    if seed is not None and request_rate is None and not constants.osl_spread:
+        raise E.UsageError("a seed changes nothing here: the closed loop's output lengths are exact (no spread "
+                           "fitted, or physics only)", values={"seed": seed},
+                           fix="drop --seed, or give --request-rate for an open loop")
     if priced is None:
         priced = price(db, dep)
-    constants, source = simulation_constants(dep, fitted)
     prepared = prepare(priced, request_rate=request_rate)
-    sim = run(prepared, constants, request_rate=request_rate, requests=requests, seed=seed)
+    sim = run(prepared, constants, request_rate=request_rate, requests=requests, seed=seed or 0)
     return report(prepared, sim, constants, source)
 
 

@@ -89,8 +89,9 @@ def test_percentiles_open_loop_and_refusals(db):
     alone = runner.invoke(app, [*QWEN, "--request-rate", "2", "--json"])
     assert alone.exit_code == 2
     assert json.loads(alone.stdout)["error"]["message"].startswith("--request-rate shape(s) the simulation")
-    seeded = runner.invoke(app, [*QWEN, "--percentiles", "--seed", "3", "--json"])
-    assert seeded.exit_code == 2 and "--seed seeds the open loop" in json.loads(seeded.stdout)["error"]["message"]
+    seeded = runner.invoke(app, [*QWEN, "--percentiles", "--physics-only", "--seed", "3", "--json"])
+    assert seeded.exit_code == 2
+    assert json.loads(seeded.stdout)["error"]["message"].startswith("a seed changes nothing here")
     disagg = runner.invoke(app, ["predict", "--model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--backend", "vllm",
                                  "--isl", "1024", "--osl", "128", "--mode", "disagg", "--prefill-tp", "2",
                                  "--prefill-workers", "1", "--decode-tp", "2", "--decode-workers", "1",

@@ -139,7 +139,8 @@ def predict_command(
     request_rate: Annotated[float | None, _opt(
         "--request-rate", "With --percentiles: simulate an open loop of Poisson arrivals at this many requests/s "
                           "over the deployment (default: a closed loop at the concurrency).")] = None,
-    seed: Annotated[int | None, _opt("--seed", "With --request-rate: the arrivals' seed (default 0).")] = None,
+    seed: Annotated[int | None, _opt("--seed", "With --percentiles: the seed of the open loop's arrivals and of the "
+                                               "output lengths (default 0).")] = None,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
@@ -181,7 +182,8 @@ def predict_command(
 
 def _simulation_options(percentiles: bool, request_rate: float | None, seed: int | None) -> dict[str, Any] | None:
     """The simulation's options, or None without --percentiles; the flags that only shape
-    the simulation are refused without it (and --seed without --request-rate)."""
+    the simulation are refused without it (and a seed where nothing is random:
+    modperf.percentiles.percentiles)."""
     if not percentiles:
         given = [name for name, value in (("--request-rate", request_rate), ("--seed", seed)) if value is not None]
         if given:
@@ -191,10 +193,7 @@ def _simulation_options(percentiles: bool, request_rate: float | None, seed: int
     if request_rate is not None and not (math.isfinite(request_rate) and request_rate > 0):
         raise E.UsageError("--request-rate must be a positive number of requests per second",
                            values={"request_rate": request_rate}, fix="e.g. --request-rate 4")
-    if seed is not None and request_rate is None:
-        raise E.UsageError("--seed seeds the open loop's arrivals: give --request-rate too", values={"seed": seed},
-                           fix="add --request-rate R, or drop --seed (the closed loop is not random)")
-    return {"request_rate": request_rate, "seed": seed or 0}
+    return {"request_rate": request_rate, "seed": seed}
 
 
 def _answer(db: Database, dep: Deployment, *, fitted: bool, simulation: dict[str, Any] | None

@@ -307,7 +307,6 @@ def simulate(steps: StepTimes, scheduler: Scheduler, workload: Workload, *, pref
 
     started, cpu_started = time.perf_counter(), time.process_time()
     isl, osl, total = workload.isl, workload.osl, workload.requests
-    # (a closed loop that does not drain sends up to `concurrency` unmeasured requests more)
     budget_tokens = scheduler.step_tokens
     max_running = scheduler.max_running
     cap = scheduler.kv_tokens if scheduler.kv_tokens is not None else 1 << 62
@@ -315,6 +314,7 @@ def simulate(steps: StepTimes, scheduler: Scheduler, workload: Workload, *, pref
     admission = scheduler.admission
     evicts = admission != "whole_sequence"
     ratio_mode = admission == "new_token_ratio"
+    # request slots: a closed loop that does not drain sends up to `concurrency` unmeasured ones more
     slots = total + (workload.concurrency or 0) * (not workload.drain)
     if workload.osl_spread > 0:
         lo_out = max(2, round(osl * (1 - workload.osl_spread)))

@@ -134,7 +134,8 @@ def write_constants(fitted: dict[str, SimConstants], form: str, counts: dict[str
                      f"osl_spread={c.osl_spread}),")
     lines.append("}")
     rows = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    lines.append(f'PROVENANCE = "fitted {stamp} on calibration rows of silicon_sample.csv ({rows}; form: {form})"')
+    lines.append(f'PROVENANCE = ("fitted {stamp} on calibration rows of silicon_sample.csv "')
+    lines.append(f'              "({rows}; form: {form})")')
     CONSTANTS_FILE.write_text("\n".join(lines) + "\n")
 
 

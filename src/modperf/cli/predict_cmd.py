@@ -84,6 +84,9 @@ def print_percentiles(doc: dict[str, Any]) -> None:
     console.print(f"tokens/s per GPU {doc['tokens_per_s_per_gpu']:.1f}, per user {doc['tokens_per_s_per_user']:.1f}; "
                   f"{stats['engine_steps']:,} engine steps, {stats['preemptions']:,} preemptions, at most "
                   f"{stats['max_running']} running per rank", style="dim", soft_wrap=True)
+    c = doc["constants"]
+    console.print(f"simulation constants: s_pre {c['s_pre']}, s_dec {c['s_dec']}, tau0 {c['tau0_ms']} ms, output "
+                  f"spread {c['osl_spread']}; {escape(c['source'])}", style="dim", soft_wrap=True)
     for note in doc["notes"]:
         console.print(f"note: {escape(note)}", style="dim", soft_wrap=True)
 

@@ -20,16 +20,24 @@ Rows:
   a cold query's peak RSS;
 - cold process, one query on each attention table of h200_sxm that the tool can be asked about
   (one slot per table);
+- cold ``modperf query --batch FILE`` processes asking the same questions as the two rows
+  above, one JSON line each (a one-family batch of 2 lines, and the 17-table batch: issue 10
+  counted 14 attention tables when it set the goal; the bench's selection has found 17 on this
+  corpus since its first version), their cache filled as for those rows;
 - library import (``import modperf`` vs ``import aiconfigurator_core``, and the floor
   ``import numpy, pyarrow.parquet``);
 - warm single query, on grid / off grid (median and p99 of per-query medians);
 - ``query_many`` fixed cost (a one-point call, warm);
 - whole-corpus ``check`` and the cheapest read of the same files (ParquetFile, dictionary strings);
 - a database holding every table that loads: resident memory it adds, per row stored;
-- ``query --batch`` lines per second (a file of mixed MLA context/generation lines).
+- ``query --batch`` lines per second (a file of mixed MLA context/generation lines);
+- ``query --batch`` of refused lines, lines per second (``--refused-lines``, 100,000): physical
+  contradictions (a head_dim, kv heads, native or local head count the model contradicts), and
+  every kind of refusal (those, a key the table does not cover, an unknown field, a value that
+  is not a number, a point no measurement reaches).
 
-    python bench/cold.py [--runs 5] [--single 400] [--only-cold | --only-warm | --only-batch] [--before OTHER/src]
-                         [--batch-lines 50000] [--batch-large 500000]
+    python bench/cold.py [--runs 5] [--single 400] [--only-cold | --only-warm | --only-batch | --only-refused]
+                         [--before OTHER/src] [--batch-lines 50000] [--batch-large 500000] [--refused-lines 100000]
 
 Prints one table; asserts nothing.
 """
@@ -37,6 +45,7 @@ Prints one table; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -148,6 +157,16 @@ def modperf_cold(queries: list[dict[str, Any]], cache: bool, cache_dir: str,
     s, rss, cpu, out = spawn_cpu([sys.executable, "-c", MODPERF_CHILD, json.dumps(queries), json.dumps(cache)],
                                  env=env)
     assert len(json.loads(out)) == len(queries)
+    return s, rss, cpu
+
+
+def batch_cold(path: Path, n: int, cache_dir: str, src: str = SRC) -> tuple[float, float, float]:
+    """A cold ``modperf query --batch FILE`` process (FILE: ``n`` questions, one JSON line each,
+    every one answered)."""
+    s, rss, cpu, out = spawn_cpu([sys.executable, "-m", "modperf", "query", "--batch", str(path)],
+                                 env=env_for(src, cache_dir))
+    lines = out.splitlines()
+    assert len(lines) == n and not any(line.startswith('{"error"') for line in lines), out[:2000]
     return s, rss, cpu
 
 
@@ -373,6 +392,87 @@ def batch_rows(args: argparse.Namespace, db: modperf.Database, family_rows: list
     return rows
 
 
+#: Questions refused whatever their point: physical contradictions (what the model fixes given
+#: otherwise), then the other kinds of refusal, each with the error kind its lines get.
+_QWEN = {"system": SYSTEM, "backend": "sglang", "version": "0.5.14", "model": "Qwen/Qwen3-32B", "tp_size": 4}
+_DSV3 = {"table": "mla_context_module", "system": SYSTEM, "backend": "trtllm", "version": "1.3.0rc20",
+         "model": "deepseek-ai/DeepSeek-V3", "tp_size": 8}
+CONTRADICTIONS = [
+    ({"table": "context_attention", **_QWEN, "head_dim": 64}, "contradiction"),
+    ({"table": "generation_attention", **_QWEN, "num_key_value_heads": 8}, "contradiction"),
+    ({"table": "context_attention", **_QWEN, "num_heads": 8}, "shard"),
+    ({**_DSV3, "native_heads": 64}, "query_field"),
+]
+OTHER_REFUSALS = [
+    ({**_DSV3, "kv_cache_dtype": "int4"}, "not_covered"),  # a key the table does not cover
+    ({**_DSV3, "colour": "red"}, "query_field"),  # an unknown field
+    ({**_DSV3, "tp_size": "eight"}, "query_field"),  # a value that is not a number
+    ({**_DSV3, "batch_size": "many"}, "query_field"),  # an axis value that is not a number
+    (_DSV3, "out_of_coverage"),  # a point no measurement reaches (its axes drawn far past the grid)
+]
+
+
+def refused_lines(n: int, workload: str) -> tuple[str, dict[str, int]]:
+    """``n`` refused lines (``contradictions``, or ``kinds``: every kind of refusal), their
+    axes drawn at random, shuffled; and how many lines of each error kind."""
+    rng = np.random.default_rng(2)
+    questions = CONTRADICTIONS if workload == "contradictions" else CONTRADICTIONS + OTHER_REFUSALS
+    picks = rng.integers(0, len(questions), n)
+    batch, isl, step = rng.integers(1, 257, n), rng.integers(1, 8193, n), rng.integers(1, 8193, n)
+    far = rng.integers(2 << 20, 4 << 20, n)
+    lines, kinds = [], collections.Counter()
+    for k in range(n):
+        fields, kind = questions[picks[k]]
+        point = {"batch_size": int(batch[k]), "isl": int(isl[k])}
+        if fields["table"] == "generation_attention":
+            point["step"] = int(step[k])
+        if kind == "out_of_coverage":
+            point = {"batch_size": int(far[k] >> 10), "isl": int(far[k])}
+        lines.append(json.dumps({**point, **fields}))
+        kinds[kind] += 1
+    return "\n".join(lines) + "\n", dict(kinds)
+
+
+def refused_rows(args: argparse.Namespace, trees: list[tuple[str, str]], cache_dir: str
+                 ) -> list[tuple[str, str, str, str, str]]:
+    """``modperf query --batch FILE`` of ``--refused-lines`` refused lines, lines per second,
+    whole process: each tree ``--runs`` times (the tree before: at most 2, a slow path there)
+    after an untimed run that fills the cache, answers written to a file and checked (every
+    line an error of its kind)."""
+    rows = []
+    n = args.refused_lines
+    for workload in ("contradictions", "kinds"):
+        text, kinds = refused_lines(n, workload)
+        path = Path(cache_dir) / f"refused-{workload}.jsonl"
+        path.write_text(text)
+        answers = Path(cache_dir) / "answers.jsonl"
+        seconds: dict[str, list[float]] = {}
+        cpu: dict[str, list[float]] = {}
+        for run in range(-1, args.runs):  # (run -1: fills the cache, untimed)
+            for name, src in trees:
+                if name == "before" and run >= 2:
+                    continue
+                s, _, c, _ = spawn_cpu(["sh", "-c", f"{sys.executable} -m modperf query --batch {path} > {answers}"],
+                                       env=env_for(src, cache_dir), ok=(1,))
+                found = collections.Counter(json.loads(line)["error"]["kind"] for line in answers.open())
+                assert found == kinds, (name, found, kinds)
+                if run >= 0:
+                    seconds.setdefault(name, []).append(s)
+                    cpu.setdefault(name, []).append(c)
+
+        def rate(name: str, seconds: dict[str, list[float]] = seconds, cpu: dict[str, list[float]] = cpu) -> str:
+            runs, k = seconds[name], n / 1000
+            return (f"{k / statistics.median(runs):.1f}k ({k / max(runs):.1f}-{k / min(runs):.1f}k)"
+                    f"; by CPU time {k / statistics.median(cpu[name]):.1f}k")
+
+        what = ", ".join(f"{v:,} {k}" for k, v in sorted(kinds.items()))
+        rows.append((f"query --batch of {n:,} refused lines ({what}), lines per second, whole process",
+                     "no batch mode", rate("modperf"), rate("before") if args.before else "-",
+                     f"{statistics.median(seconds['before']) / statistics.median(seconds['modperf']):.1f}x before"
+                     if args.before else "-"))
+    return rows
+
+
 def warm_rows(args: argparse.Namespace, family_rows: list[Any], trees: list[tuple[str, str]], cache_dir: str,
               root: str) -> list[tuple[str, str, str, str, str]]:
     """Warm single queries (on grid: the questions; off grid: each moved between measured
@@ -474,9 +574,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single", type=int, default=2000, help="timed repetitions of one warm query")
     parser.add_argument("--batch-lines", type=int, default=50000, help="lines of the smaller query --batch")
     parser.add_argument("--batch-large", type=int, help="lines of the larger query --batch (default: 10x the smaller)")
+    parser.add_argument("--refused-lines", type=int, default=100_000, help="lines of the refused query --batch")
     parser.add_argument("--skip-check", action="store_true", help="leave out the whole-corpus check row")
     parser.add_argument("--skip-database", action="store_true", help="leave out the all-tables database row")
     parser.add_argument("--only-batch", action="store_true", help="only the query --batch rows")
+    parser.add_argument("--only-refused", action="store_true", help="only the refused query --batch rows")
     parser.add_argument("--only-warm", action="store_true", help="only the warm single query and query_many rows")
     parser.add_argument("--only-cold", action="store_true",
                         help="only the cold process and import rows (and the cheapest read of their files)")
@@ -507,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
         return print_table(warm_rows(args, family_rows, trees, cache_dir, root), args, [], cache_dir)
     if args.only_check:
         return print_table(check_rows(args, trees, cache_dir), args, [], cache_dir)
+    if args.only_refused:
+        return print_table(refused_rows(args, trees, cache_dir), args, [], cache_dir)
     heads_tables = set(model_head_axis_tables())
     every: dict[str, tuple[modperf.TableRef, tuple[dict[str, Any], list[Any]]]] = {}
     skipped = []
@@ -532,25 +636,40 @@ def main(argv: list[str] | None = None) -> int:
     def earlier(pairs: list[Any]) -> list[dict[str, Any]]:
         return [off_grid(db, f, heads=False) or f for _, (f, _) in pairs]
 
+    def fill(questions: list[dict[str, Any]], src: str) -> None:
+        """The library process (quality notes off, as the timed ones ask) and a ``query --batch``
+        (the command line lists quality notes: a plan it reads must know its group's notes)."""
+        modperf_cold(questions, True, cache_dir, src)
+        path = Path(cache_dir) / "fill.jsonl"
+        path.write_text("".join(json.dumps(q) + "\n" for q in questions))
+        spawn([sys.executable, "-m", "modperf", "query", "--batch", str(path)], env=env_for(src, cache_dir), ok=(0, 1))
+
     filled_other = 0
     for _, src in trees:
         for _, pairs in family_rows:
             asked_before = earlier(pairs)
             filled_other += sum(a != f for a, (_, (f, _)) in zip(asked_before, pairs))
-            modperf_cold(asked_before, True, cache_dir, src)
+            fill(asked_before, src)
     if args.only_batch:
         return print_table(batch_rows(args, db, family_rows, trees, cache_dir), args, skipped, cache_dir)
     for _, src in trees:
         asked_before = earlier(list(every.values()))
         filled_other += sum(a != f for a, (_, (f, _)) in zip(asked_before, every.values()))
-        modperf_cold(asked_before, True, cache_dir, src)
+        fill(asked_before, src)
     print(f"the cache was filled asking other points than the timed processes for {filled_other} of "
           f"{len(trees) * (sum(len(p) for _, p in family_rows) + len(every))} questions", file=sys.stderr)
+    batch_files = {}
+    for k, (label, pairs) in enumerate([*family_rows, ("all", list(every.values()))]):
+        batch_files[label] = Path(cache_dir) / f"cold-batch-{k}.jsonl"
+        batch_files[label].write_text("".join(json.dumps(f) + "\n" for _, (f, _) in pairs))
     for _ in range(args.runs):
         for label, pairs in [*family_rows, ("all", list(every.values()))]:
             queries = [f for _, (f, _) in pairs]
             add(f"{label}/tool", tool_cold(root, tool_requests([(r, q) for r, (_, q) in pairs])))
             add(f"{label}/modperf", modperf_cold(queries, True, cache_dir))
+            add(f"{label}/batch", batch_cold(batch_files[label], len(pairs), cache_dir))
+            if args.before:
+                add(f"{label}/batch-before", batch_cold(batch_files[label], len(pairs), cache_dir, trees[1][1]))
             add(f"{label}/modperf-nocache", modperf_cold(queries, False, cache_dir))
             add(f"{label}/read", spawn_cpu([sys.executable, "-c", CHEAPEST_READ,
                                             json.dumps(sorted({str(r.path) for r, _ in pairs}))])[:3])
@@ -604,6 +723,15 @@ def main(argv: list[str] | None = None) -> int:
                      f"{statistics.median(mib(label + '/modperf')) / read_rss:.2f}"
                      + (f" (before {statistics.median(mib(label + '/before')) / read_rss:.2f})"
                         if args.before else "")))
+    for label, pairs in [*family_rows, ("all", list(every.values()))]:
+        title = (f"cold `query --batch`, {label} context + generation ({len(pairs)} lines)" if label != "all" else
+                 f"cold `query --batch`, one line on each of {len(every)} attention tables of {SYSTEM} "
+                 f"({len(every)}/{len(every)} answered)")
+        rows.append((title, proc(f"{label}/tool"), proc(f"{label}/batch"),
+                     proc(f"{label}/batch-before") if args.before else "-",
+                     f"{ratio(label + '/batch', label + '/tool')}"
+                     + (f"; before {ratio(label + '/batch-before', label + '/tool')}" if args.before else "")
+                     + f"; the library process above / this: {ratio(label + '/modperf', label + '/batch')}"))
     rows.append(("library import (floor: import numpy, pyarrow.parquet " + proc("import/floor") + ")",
                  proc("import/tool"), proc("import/modperf"), proc("import/before") if args.before else "-",
                  f"{ratio('import/modperf', 'import/tool')}; vs floor {ratio('import/modperf', 'import/floor')}"
@@ -616,6 +744,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # query --batch lines per second
     rows += batch_rows(args, db, family_rows, trees, cache_dir)
+    rows += refused_rows(args, trees, cache_dir)
 
     if not args.skip_check:
         rows += check_rows(args, trees, cache_dir)

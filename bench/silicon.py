@@ -4,13 +4,14 @@ corpus's ``systems/silicon_sample.csv``.
 The split is fixed (issue 14; docs/serving.md): a row is **evaluation** when
 ``int(sha256(f"{model_path}|{system}|{backend}|{mode}").hexdigest()[:8], 16)`` is odd, otherwise
 **calibration**. ``--fit`` fits the serving model's constants on calibration rows only (exact
-re-exports of one measurement counted once) and writes them to
-``src/modperf/serving_constants.py``; the headline is the evaluation rows.
+re-exports of one measurement counted once; ``modperf.serving.fit``) and writes them into the
+fitted block of each backend's module (``src/modperf/serving/{vllm,sglang,trtllm}.py``); the
+headline is the evaluation rows.
 
-Model ids of the file that the corpus does not bundle under that name are given to modperf the
-way a user would, as a ``--model-configs`` folder (:data:`USER_CONFIGS`: the bench copies the
-bundled config of the same architecture under the file's id; the row's quant modes say how it is
-served). modperf itself never guesses one id for another.
+Model ids of the file that the corpus does not bundle under that name (a renamed repository, a
+served variant) are asked as the file writes them: modperf resolves each to its bundled config
+(modperf.model_names: a table of known names with their sources, never a guess), and the row's
+quant modes say how it is served.
 
     python bench/silicon.py                       # score every row with the fitted constants
     python bench/silicon.py --fit                 # fit on calibration rows, write the constants, score
@@ -33,8 +34,9 @@ processes (bench/aiconfigurator_serving.py) of an interpreter that has it instal
 /work/scratch/aic-venv/bin/python on which ``import aiconfigurator.cli.api`` works); modperf
 never imports it. Its answers are cached in ``--tool-cache`` (keyed by row id, tool version and
 the bench's mapping revision), so a re-run asks only rows it has not answered. modperf's side
-uses the fitted constants of src/modperf/serving_constants.py (never refitted here, whatever
-``--fit`` wrote). Printed: each side's coverage, and on the rows both answered the median / p90
+uses the fitted constants the backends' modules carry (never refitted here, whatever
+``--fit`` wrote), strict answers only (a row modperf answers only with ``allow_substitute`` counts
+as not answered here). Printed: each side's coverage, and on the rows both answered the median / p90
 |relative error| and median signed error of TTFT and TPOT, overall and by mode, backend and
 backend x mode; then the rows only one side answers, with the other's reason.
 
@@ -46,46 +48,40 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import sys
-import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from silicon_tool import stats
 
 import modperf
 from modperf import errors as E
-from modperf.predict import Priced, deployment_from_row, price, solve
-from modperf.serving import Constants
-from modperf.silicon import question, silicon_rows
+from modperf.model_names import KNOWN_NAMES
+from modperf.predict import Priced, solve
+from modperf.serving import BACKENDS, Constants, backend_of, generation_of
+from modperf.serving.fit import FitResult
+from modperf.silicon import calibration_rows, fit_constants, price_rows, question, silicon_rows
 
 REPO = Path(__file__).resolve().parent.parent
-CONSTANTS_FILE = REPO / "src" / "modperf" / "serving_constants.py"
+SERVING = REPO / "src" / "modperf" / "serving"
+#: The block of a backend's module that ``--fit`` rewrites.
+BEGIN = "# --- fitted constants: written by `python bench/silicon.py --fit` from calibration rows only ---"
+END = "# --- end of fitted constants ---"
 
 #: Ids of the file without a bundled config under that name -> the bundled config of the same
-#: architecture (a user's --model-configs folder; the served dtypes come from the row).
-USER_CONFIGS = {
-    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
-    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
-    "zhipuai/GLM-5": "zai-org/GLM-5",
-    "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
-    "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
-}
+#: geometry, for the tool (which is given that config under the file's id); modperf resolves
+#: these names itself (modperf.model_names, the one home of the mapping).
+USER_CONFIGS = {name: target.partition("@")[0] for name, (target, _) in KNOWN_NAMES.items()
+                if name in {"meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-8B-Instruct",
+                            "nvidia/Llama-3.1-8B-Instruct-FP8", "zhipuai/GLM-5", "nvidia/DeepSeek-R1-NVFP4",
+                            "nvidia/Qwen3-32B-NVFP4"}}
 
 #: The best tool's figures on 800 stratified rows, as issue 14 states them (aiconfigurator 0.12.0);
 #: ``--tool`` measures it on the same rows instead.
 TOOL = {"answered": 0.60, "ttft": (0.51, 0.93, -0.41), "tpot": (0.22, 0.74, None)}
-
-
-def user_configs(folder: Path, db: modperf.Database) -> None:
-    for wanted, bundled in USER_CONFIGS.items():
-        if wanted in db.models.ids():
-            continue
-        source = db.models.get(bundled)
-        (folder / (wanted.replace("/", "--") + "_config.json")).write_text(json.dumps(source.raw))
 
 
 def cross_split_twins(rows: list[dict[str, Any]]) -> set[str]:
@@ -122,26 +118,39 @@ def noise_floor(rows: list[dict[str, Any]]) -> tuple[float, float, float, float]
 
 
 def price_all(db: modperf.Database, rows: list[dict[str, Any]]) -> dict[str, Priced | E.ModperfError]:
-    out: dict[str, Priced | E.ModperfError] = {}
     start = time.perf_counter()
-    for i, r in enumerate(rows):
-        try:
-            out[r["id"]] = price(db, deployment_from_row(question(r)))
-        except E.ModperfError as exc:
-            out[r["id"]] = exc
+
+    def progress(i: int) -> None:
         if (i + 1) % 500 == 0:
             print(f"  priced {i + 1}/{len(rows)} rows in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    return out
+
+    return price_rows(db, rows, progress=progress)
 
 
-def predictions(rows, priced, constants: dict[str, Any]) -> dict[str, tuple[float, float]]:
+#: Constants per row: the fitted ones its backend carries (None), physics only (``"physics"``),
+#: or a {backend: FitResult} map of constants being tried (a fit, a fold of the CV).
+ConstantsChoice = "str | dict[str, FitResult] | None"
+
+
+def row_constants(r: dict[str, Any], choice: Any = None) -> Constants:
+    if choice == "physics":
+        return Constants()
+    if choice is None:
+        return backend_of(r["backend"]).constants(r["mode"], r["system"])[0]
+    result = choice.get(r["backend"])
+    if result is None:
+        return Constants()
+    gen = generation_of(r["system"]) or ""
+    return result.sets.get((r["mode"], gen)) or result.sets.get((r["mode"], "*")) or Constants()
+
+
+def predictions(rows, priced, choice: Any = None) -> dict[str, tuple[float | None, float]]:
     out = {}
     for r in rows:
         p = priced[r["id"]]
         if not isinstance(p, Priced):
             continue
-        c = constants["disagg"] if r["mode"] == "disagg" else constants["agg"].get(r["backend"], Constants())
-        pred = solve(p, c, "")
+        pred = solve(p, row_constants(r, choice), "")
         out[r["id"]] = (pred.ttft_ms, pred.tpot_ms)
     return out
 
@@ -149,133 +158,71 @@ def predictions(rows, priced, constants: dict[str, Any]) -> dict[str, tuple[floa
 # --- fitting ------------------------------------------------------------------------------------
 
 
-def _loss(rows, priced, make) -> float:
-    errs = []
-    for r in rows:
-        pred = solve(priced[r["id"]], make, "")
-        errs.append(abs(math.log(pred.ttft_ms / r["silicon_ttft_ms"])) + abs(math.log(pred.tpot_ms / r["silicon_tpot_ms"])))
-    return float(np.mean(errs))
+def fit(rows, priced, generation: Any = "system", host_floor: bool = True,
+        disagg_host_floor: bool = False) -> dict[str, FitResult]:
+    return fit_constants(rows, priced, generation, host_floor, disagg_host_floor)
 
 
-def calibration_rows(rows, priced, mode: str | None = None) -> list[dict[str, Any]]:
-    """The calibration rows the constants may be fitted on: priced, of ``mode`` when given, and
-    one measurement re-exported under several ids counted once."""
-    calib, seen = [], set()
-    for r in rows:
-        pair = (r["silicon_ttft_ms"], r["silicon_tpot_ms"])
-        if r["split"] != "calib" or (mode and r["mode"] != mode) or pair in seen \
-                or not isinstance(priced[r["id"]], Priced):
-            continue
-        seen.add(pair)
-        calib.append(r)
-    return calib
-
-
-def bounded(x) -> Constants:
-    """Constants from an optimiser's vector, inside their bounds: s in [0.3, 3], tau0 in
-    [0, 1000] ms, kappa in [0, 1]; a fifth value is steps_waited in [0.5, 10]."""
-    s_pre, s_dec, tau0, kappa, *rest = (float(v) for v in x)
-    return Constants(min(max(s_pre, 0.3), 3.0), min(max(s_dec, 0.3), 3.0), min(max(tau0, 0.0), 1000.0),
-                     min(max(kappa, 0.0), 1.0), *(min(max(v, 0.5), 10.0) for v in rest))
-
-
-def fit_group(group, priced, x0: list[float]) -> Constants:
-    """Nelder-Mead on the mean |log error| of TTFT plus TPOT over ``group``."""
-    from scipy.optimize import minimize
-
-    res = minimize(lambda x: _loss(group, priced, bounded(x)), x0=x0, method="Nelder-Mead",
-                   options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-5})
-    return bounded(res.x)
-
-
-def fit(rows, priced) -> tuple[dict[str, Constants], Constants, dict[str, int]]:
-    calib = calibration_rows(rows, priced)
-    counts: dict[str, int] = {}
-
-    def rounded(c: Constants) -> Constants:
-        return Constants(*(round(float(v), 4) for v in (c.s_pre, c.s_dec, c.tau0_ms, c.kappa)))
-
-    agg: dict[str, Constants] = {}
-    for backend in sorted({r["backend"] for r in calib if r["mode"] == "agg"}):
-        group = [r for r in calib if r["mode"] == "agg" and r["backend"] == backend]
-        counts[f"agg {backend}"] = len(group)
-        agg[backend] = rounded(fit_group(group, priced, [1.0, 1.0, 100.0, 0.3]))
-    group = [r for r in calib if r["mode"] == "disagg"]
-    counts["disagg"] = len(group)
-    return agg, rounded(fit_group(group, priced, [1.0, 1.0, 200.0, 0.3])), counts
-
-
-def write_constants(agg: dict[str, Constants], disagg: Constants, counts: dict[str, int]) -> None:
+def write_constants(results: dict[str, FitResult]) -> None:
+    """Rewrite the fitted block of each backend's module (between BEGIN and END)."""
     stamp = time.strftime("%Y-%m-%d")
-    lines = [
-        '"""The serving model\'s fitted constants (docs/serving.md lists each with its value).',
-        "",
-        "Written by ``python bench/silicon.py --fit`` from the CALIBRATION rows of the corpus's",
-        "silicon_sample.csv only (the split rule is in docs/serving.md); never edited by hand.",
-        '"""',
-        "",
-        "from __future__ import annotations",
-        "",
-        "from .serving import Constants",
-        "",
-        "AGG: dict[str, Constants] = {",
-    ]
-    for backend, c in agg.items():
-        lines.append(f'    "{backend}": Constants(s_pre={c.s_pre}, s_dec={c.s_dec}, tau0_ms={c.tau0_ms}, '
-                     f"kappa={c.kappa}),")
-    lines.append("}")
-    lines.append(f"DISAGG: Constants | None = Constants(s_pre={disagg.s_pre}, s_dec={disagg.s_dec}, "
-                 f"tau0_ms={disagg.tau0_ms}, kappa={disagg.kappa})")
-    agg_rows = ", ".join(f"{k.split()[1]} {v}" for k, v in counts.items() if k.startswith("agg"))
-    lines.append("PROVENANCE: dict[str, str] = {")
-    lines.append(f'    "agg": "fitted {stamp} on calibration rows of silicon_sample.csv "')
-    lines.append(f'           "({agg_rows}; re-exports once)",')
-    lines.append(f'    "disagg": "fitted {stamp} on {counts["disagg"]} calibration rows of silicon_sample.csv '
-                 '(re-exports once)",')
-    lines.append("}")
-    CONSTANTS_FILE.write_text("\n".join(lines) + "\n")
+    for backend, result in results.items():
+        module = SERVING / f"{backend}.py"
+        text = module.read_text()
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        cls = type(BACKENDS[backend]).__name__
+        lines = [BEGIN, f"{cls}.fitted = Fitted(", "    sets={"]
+        for (mode, gen), c in result.sets.items():
+            lines.append(f'        ("{mode}", "{gen}"): Constants(s_pre={c.s_pre}, s_dec={c.s_dec}, '
+                         f"tau0_ms={c.tau0_ms}, kappa={c.kappa}, host_op_ms={c.host_op_ms}),")
+        lines += ["    },", "    what={"]
+        for (mode, gen), what in result.what.items():
+            pieces = textwrap.wrap(what, 76, drop_whitespace=False)
+            lines.append(f'        ("{mode}", "{gen}"): "{pieces[0]}"' + ("," if len(pieces) == 1 else ""))
+            last = len(pieces) - 2
+            lines += [f'            "{piece}"' + ("," if i == last else "") for i, piece in enumerate(pieces[1:])]
+        lines += ["    },", f'    date="{stamp}",', ")", END]
+        module.write_text(head + "\n".join(lines) + tail)
 
 
-def cross_validate(rows, priced, db, folds: int = 4) -> None:
-    """Grouped k-fold cross-validation on calibration rows only (aggregated; folds by model x
-    system x backend): the evidence for the serving model's form choices (docs/serving.md)."""
+def cross_validate(rows, priced, folds: int = 4) -> None:
+    """Grouped k-fold cross-validation on calibration rows only (folds by model x system x
+    backend): the evidence for the serving model's form choices (docs/serving.md)."""
     import random
 
-    from modperf.predict import ffn_has_moe
-
-    calib = calibration_rows(rows, priced, "agg")
-    moe = {m: ffn_has_moe(db.models.get(m)) for m in {r["model_path"] for r in calib}}
+    calib = calibration_rows(rows, priced)
     groups = sorted({(r["model_path"], r["system"], r["backend"]) for r in calib})
     random.Random(0).shuffle(groups)
-    forms = {"per backend (kept)": (lambda r: r["backend"], False),
-             "per backend x {dense, MoE}": (lambda r: (r["backend"], moe[r["model_path"]]), False),
-             "per backend, steps_waited fitted": (lambda r: r["backend"], True)}
-    print(f"\ngrouped {folds}-fold cross-validation on {len(calib)} calibration rows (aggregated)")
-    for name, (key, free_steps) in forms.items():
-        errs: list[tuple[float, float]] = []
+    forms = {"agg step per backend x generation, host floor; disagg no host floor (kept)": ("system", True, False),
+             "agg step per backend x generation, no host floor": ("system", False, False),
+             "agg step per backend (all generations), host floor": ("all", True, False),
+             "disagg with a host floor": ("system", True, True)}
+    print(f"\ngrouped {folds}-fold cross-validation on {len(calib)} calibration rows")
+    for name, (generation, host_floor, disagg_floor) in forms.items():
+        errs: dict[str, list[tuple[float | None, float, float, float]]] = collections.defaultdict(list)
         for k in range(folds):
             held = {g for i, g in enumerate(groups) if i % folds == k}
             train = [r for r in calib if (r["model_path"], r["system"], r["backend"]) not in held]
-            x0 = [1.0, 1.0, 100.0, 0.3] + ([0.5] if free_steps else [])
-            fitted = {kk: fit_group([r for r in train if key(r) == kk], priced, x0) for kk in {key(r) for r in train}}
+            fitted = fit(train, priced, generation, host_floor, disagg_floor)
+            if generation != "system":  # one set for every generation: look it up as such
+                fitted = {b: FitResult({**{(m, g2): c for (m, g), c in f.sets.items() if g == "all"
+                                           for g2 in ("hopper", "blackwell", "*")},
+                                        **{k: c for k, c in f.sets.items() if k[0] == "disagg"}}, {})
+                          for b, f in fitted.items()}
             for r in calib:
                 if (r["model_path"], r["system"], r["backend"]) in held:
-                    c = fitted.get(key(r)) or next((v for kk, v in fitted.items() if r["backend"] in str(kk)),
-                                                   Constants())
-                    pred = solve(priced[r["id"]], c, "")
-                    errs.append((pred.ttft_ms / r["silicon_ttft_ms"] - 1, pred.tpot_ms / r["silicon_tpot_ms"] - 1))
-        t = np.abs([e[0] for e in errs])
-        p = np.abs([e[1] for e in errs])
-        print(f"  {name:<36} TTFT {np.median(t):.2f} / {np.percentile(t, 90):.2f}   "
-              f"TPOT {np.median(p):.2f} / {np.percentile(p, 90):.2f}")
+                    pred = solve(priced[r["id"]], row_constants(r, fitted), "")
+                    errs[r["mode"]].append((None if pred.ttft_ms is None else pred.ttft_ms / r["silicon_ttft_ms"] - 1,
+                                            pred.tpot_ms / r["silicon_tpot_ms"] - 1, 0.0, 0.0))
+        for mode, e in sorted(errs.items()):
+            t = np.abs([x[0] for x in e if x[0] is not None])
+            p = np.abs([x[1] for x in e])
+            print(f"  {name:<78} {mode:<7} n={len(e):>4}  TTFT {np.median(t):.3f} / {np.percentile(t, 90):.3f}   "
+                  f"TPOT {np.median(p):.3f} / {np.percentile(p, 90):.3f}")
 
 
 # --- scoring ------------------------------------------------------------------------------------
-
-
-def _stats(pairs: list[tuple[float, float]]) -> tuple[float, float, float]:
-    rel = np.array([p / m - 1 for p, m in pairs])
-    return float(np.median(np.abs(rel))), float(np.percentile(np.abs(rel), 90)), float(np.median(rel))
 
 
 def score_table(title: str, rows, preds, by) -> None:
@@ -283,17 +230,23 @@ def score_table(title: str, rows, preds, by) -> None:
     for r in rows:
         groups[by(r)].append(r)
     print(f"\n{title}")
-    print(f"{'group':<44} {'rows':>5} {'answered':>8}   {'TTFT med':>8} {'p90':>6} {'signed':>7}   "
+    print(f"{'group':<44} {'rows':>5} {'answered':>8} {'TTFT':>5}   {'TTFT med':>8} {'p90':>6} {'signed':>7}   "
           f"{'TPOT med':>8} {'p90':>6} {'signed':>7}")
     for key in sorted(groups, key=str):
         g = groups[key]
         got = [r for r in g if r["id"] in preds]
-        line = f"{str(key):<44} {len(g):>5} {len(got) / len(g):>8.0%}"
+        with_ttft = [r for r in got if preds[r["id"]][0] is not None]
+        line = f"{key!s:<44} {len(g):>5} {len(got) / len(g):>8.0%} {len(with_ttft) / len(g):>5.0%}"
         if got:
-            t = _stats([(preds[r["id"]][0], r["silicon_ttft_ms"]) for r in got])
-            p = _stats([(preds[r["id"]][1], r["silicon_tpot_ms"]) for r in got])
+            t = stats([(preds[r["id"]][0], r["silicon_ttft_ms"]) for r in got])
+            p = stats([(preds[r["id"]][1], r["silicon_tpot_ms"]) for r in got])
             line += f"   {t[0]:>8.2f} {t[1]:>6.2f} {t[2]:>+7.2f}   {p[0]:>8.2f} {p[1]:>6.2f} {p[2]:>+7.2f}"
         print(line)
+
+
+def substituted(priced) -> set[str]:
+    """Rows answered only with ``allow_substitute``."""
+    return {k for k, p in priced.items() if isinstance(p, Priced) and p.substitutions}
 
 
 def refusals(rows, priced) -> None:
@@ -371,44 +324,46 @@ def main() -> int:
         rows_priced = rows + [r for r in sample if r["id"] not in listed]
     else:
         rows_priced = rows
-    with tempfile.TemporaryDirectory() as tmp:
-        db = modperf.open()
-        user_configs(Path(tmp), db)
-        db = modperf.open(model_configs=[tmp])
-        start = time.perf_counter()
-        priced = price_all(db, rows_priced)
-        seconds = time.perf_counter() - start
+    db = modperf.open()
+    start = time.perf_counter()
+    priced = price_all(db, rows_priced)
+    seconds = time.perf_counter() - start
     print(f"priced {len(rows_priced)} rows in {seconds:.1f} s ({seconds / len(rows_priced) * 1000:.1f} ms per row)")
     if args.cv:
-        cross_validate(rows_priced, priced, db)
+        cross_validate(rows_priced, priced)
         return 0
     if args.simulate:
         from silicon_simulate import simulate_mode
 
-        from modperf import serving_constants as sc
-
-        simulate_mode(rows, priced, {"agg": sc.AGG}, cv=not args.no_simulate_cv, fit=args.fit,
-                      all_forms=args.simulate_forms == "all")
+        simulate_mode(rows, priced, cv=not args.no_simulate_cv, fit=args.fit, all_forms=args.simulate_forms == "all")
         return 0
+    choice: Any = None
     if args.fit:
-        agg, disagg, counts = fit(rows, priced)
-        write_constants(agg, disagg, counts)
-        print(f"fitted on calibration rows {counts}; wrote {CONSTANTS_FILE}")
-        constants = {"agg": agg, "disagg": disagg}
+        start = time.perf_counter()
+        results = fit(rows, priced)
+        write_constants(results)
+        print(f"fitted on calibration rows in {time.perf_counter() - start:.1f} s; wrote {SERVING}/<backend>.py")
+        choice = results
     elif args.physics_only:
-        constants = {"agg": {}, "disagg": Constants()}
-    else:
-        from modperf import serving_constants as sc
-
-        constants = {"agg": sc.AGG, "disagg": sc.DISAGG or Constants()}
-    for backend, c in sorted(constants["agg"].items()):
-        print(f"  agg {backend}: {c}")
-    print(f"  disagg: {constants['disagg']}")
-    preds = predictions(rows, priced, constants)
+        choice = "physics"
+    for backend in sorted(BACKENDS):
+        for mode in ("agg", "disagg"):
+            for system in ("h200_sxm", "b200_sxm"):
+                c = row_constants({"backend": backend, "mode": mode, "system": system}, choice)
+                print(f"  {backend} {mode} {generation_of(system)}: {c}")
+    preds = predictions(rows, priced, choice)
     evaluation = [r for r in rows if r["split"] == "eval"]
     twins = cross_split_twins(rows)
-    score_table("HEADLINE: evaluation rows (all; then without cross-split re-exports; then calibration)",
-                rows, preds, lambda r: "evaluation" if r["split"] == "eval" else "calibration")
+    subs = substituted(priced)
+    every_pred, preds = preds, {k: v for k, v in preds.items() if k not in subs}
+    score_table("HEADLINE: evaluation rows (all; then without cross-split re-exports; then calibration); strict "
+                "answers (no substitution)", rows, preds, lambda r: "evaluation" if r["split"] == "eval"
+                else "calibration")
+    score_table("the same with the substituted rows (allow_substitute) counted as answered; then those rows alone",
+                rows, every_pred, lambda r: ("evaluation" if r["split"] == "eval" else "calibration")
+                + " strict + substituted")
+    score_table("", [r for r in rows if r["id"] in subs], every_pred,
+                lambda r: ("evaluation" if r["split"] == "eval" else "calibration") + " substituted only")
     score_table("evaluation rows without the re-exports of calibration measurements",
                 [r for r in evaluation if r["id"] not in twins], preds, lambda r: "evaluation (no twins)")
     score_table("evaluation, by backend x mode", evaluation, preds, lambda r: f"{r['backend']} {r['mode']}")
@@ -422,16 +377,15 @@ def main() -> int:
     refusals(evaluation, priced)
     if args.plot:
         plot(args.plot, evaluation, preds)
-    if args.tool:
-        from modperf import serving_constants as sc
-
-        fitted = {"agg": sc.AGG, "disagg": sc.DISAGG or Constants()}
-        return versus_tool(args, sample, priced, predictions(sample, priced, fitted))
+    if args.tool:  # strict answers against the tool; the substituted ones are scored apart above
+        strict = {k: (v if k not in subs else E.NotCoveredError("answered only with allow_substitute"))
+                  for k, v in priced.items()}
+        return versus_tool(args, sample, strict, predictions(sample, strict))
     return 0
 
 
 def versus_tool(args: argparse.Namespace, sample: list[dict[str, Any]], priced: dict[str, Priced | E.ModperfError],
-                ours: dict[str, tuple[float, float]]) -> int:
+                ours: dict[str, tuple[float | None, float]]) -> int:
     """``--tool``: the best tool and modperf (fitted constants) on the same rows."""
     from silicon_tool import DEFAULT_CACHE, find_tool_python, one_side_only, own_rows, side_by_side, tool_answers
 

@@ -206,12 +206,17 @@ def tool_answers(rows: list[dict[str, Any]], python: str, version: str, aliases:
 # --- the side-by-side table ---------------------------------------------------------------------
 
 
-def _stats(pairs: list[tuple[float, float]]) -> tuple[float, float, float]:
-    rel = np.array([p / m - 1 for p, m in pairs])
+def stats(pairs: list[tuple[float | None, float]]) -> tuple[float, float, float]:
+    """Median and p90 |relative error| and the median signed error of (predicted, measured)
+    pairs; pairs without a prediction (a TTFT a deployment does not fix) are left out; NaN
+    when none is left."""
+    rel = np.array([p / m - 1 for p, m in pairs if p is not None])
+    if rel.size == 0:
+        return float("nan"), float("nan"), float("nan")
     return float(np.median(np.abs(rel))), float(np.percentile(np.abs(rel), 90)), float(np.median(rel))
 
 
-def side_by_side(rows: list[dict[str, Any]], ours: dict[str, tuple[float, float]],
+def side_by_side(rows: list[dict[str, Any]], ours: dict[str, tuple[float | None, float]],
                  tool: dict[str, tuple[float, float]], tool_name: str) -> None:
     """Coverage of each, then on the rows both answered: median / p90 |relative error| and the
     median signed error of TTFT and TPOT, overall, by backend, by backend x mode."""
@@ -225,26 +230,26 @@ def side_by_side(rows: list[dict[str, Any]], ours: dict[str, tuple[float, float]
     print(f"\n{'rows':<22} {'n':>4} {'modperf':>8} {'tool':>6} {'both':>5}  {'on both':<{w}} "
           f"{'TTFT med':>8} {'p90':>6} {'signed':>7}   {'TPOT med':>8} {'p90':>6} {'signed':>7}")
     for name, g in groups:
-        both = [r for r in g if r["id"] in ours and r["id"] in tool]
+        both = [r for r in g if r["id"] in ours and r["id"] in tool and ours[r["id"]][0] is not None]
         head = (f"{name:<22} {len(g):>4} {sum(r['id'] in ours for r in g) / len(g):>8.0%} "
                 f"{sum(r['id'] in tool for r in g) / len(g):>6.0%} {len(both):>5}  ")
         for i, (who, preds) in enumerate((("modperf", ours), (tool_name, tool))):
             line = (head if i == 0 else " " * len(head)) + f"{who:<{w}} "
             if both:
-                t = _stats([(preds[r["id"]][0], r["silicon_ttft_ms"]) for r in both])
-                p = _stats([(preds[r["id"]][1], r["silicon_tpot_ms"]) for r in both])
+                t = stats([(preds[r["id"]][0], r["silicon_ttft_ms"]) for r in both])
+                p = stats([(preds[r["id"]][1], r["silicon_tpot_ms"]) for r in both])
                 line += f"{t[0]:>8.2f} {t[1]:>6.2f} {t[2]:>+7.2f}   {p[0]:>8.2f} {p[1]:>6.2f} {p[2]:>+7.2f}"
             print(line)
 
 
-def own_rows(rows: list[dict[str, Any]], preds: dict[str, tuple[float, float]], who: str) -> None:
+def own_rows(rows: list[dict[str, Any]], preds: dict[str, tuple[float | None, float]], who: str) -> None:
     """Each side on every row it answered (not only the shared ones)."""
     got = [r for r in rows if r["id"] in preds]
     if not got:
         print(f"{who}: no row answered")
         return
-    t = _stats([(preds[r["id"]][0], r["silicon_ttft_ms"]) for r in got])
-    p = _stats([(preds[r["id"]][1], r["silicon_tpot_ms"]) for r in got])
+    t = stats([(preds[r["id"]][0], r["silicon_ttft_ms"]) for r in got])
+    p = stats([(preds[r["id"]][1], r["silicon_tpot_ms"]) for r in got])
     print(f"{who:<24} on its own {len(got):>3} rows: TTFT {t[0]:.2f} / {t[1]:.2f} / {t[2]:+.2f}; "
           f"TPOT {p[0]:.2f} / {p[1]:.2f} / {p[2]:+.2f}")
 

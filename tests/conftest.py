@@ -20,6 +20,8 @@ _CACHE_DIR = tempfile.mkdtemp(prefix="modperf-test-cache-")
 atexit.register(shutil.rmtree, _CACHE_DIR, True)
 os.environ["MODPERF_CACHE_DIR"] = _CACHE_DIR
 os.environ.pop("MODPERF_NO_CACHE", None)
+# Human output is laid out for COLUMNS where it is set: a test that wants a width sets its own.
+os.environ.pop("COLUMNS", None)
 
 
 @pytest.fixture(scope="session")

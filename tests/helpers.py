@@ -123,12 +123,17 @@ def unprivileged(cmd: list[str]) -> list[str]:
 
 
 def run_cli(argv: list[str], *, drop_privileges: bool = False, stdin: bytes | None = None,
-            timeout: float = 60, preexec_fn=None) -> subprocess.CompletedProcess:
-    """``python -m modperf ARGV`` in a child process (text output)."""
+            timeout: float = 60, preexec_fn=None, columns: int | None = None) -> subprocess.CompletedProcess:
+    """``python -m modperf ARGV`` in a child process (text output), its output a pipe (not a
+    terminal); ``columns`` sets COLUMNS, the width a user's terminal would give (None: unset,
+    the width of output that reaches no terminal)."""
     cmd = [sys.executable, "-m", "modperf", *argv]
     if drop_privileges:
         cmd = unprivileged(cmd)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("COLUMNS", None)
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
     proc = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout, env=env, preexec_fn=preexec_fn)
     return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
                                        proc.stderr.decode("utf-8", "replace"))

@@ -53,7 +53,8 @@ def test_every_line_is_answered_in_order(db: modperf.Database) -> None:
     assert messages[7].startswith("line 9 is not strict JSON: NaN is not a JSON number")
     assert messages[8].startswith("line 10 is not strict JSON: field 'isl' appears twice")
     assert messages[9].startswith("line 11 is not strict JSON: Exceeds the limit (4300 digits)")
-    assert messages[10].startswith("isl must be an integer in 1..4,194,304")
+    # (the error a fresh resolution gives, though the first line's plan is cached: modperf.query)
+    assert messages[10].startswith("field 'isl' must be a string, a number or a boolean, not a list")
     assert messages[11].startswith("line 13 is not JSON")
 
 

@@ -153,10 +153,17 @@ def test_bad_requests(db):
         estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="tensorrt", isl=1, osl=1, batch=1)
     with pytest.raises(E.UsageError, match=r"isl must be an integer in 1\.\.4,194,304 \(tokens\)"):
         estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", isl=0, osl=1, batch=1)
-    with pytest.raises(E.NotCoveredError) as info:
+    # a version the system does not hold at all: refused as the whole-model scope and predict refuse it
+    with pytest.raises(E.OptionValueError) as unknown:
         estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", version="0.9.9", isl=1, osl=1,
                  batch=1)
-    assert str(info.value).startswith("gb300/vllm 0.9.9 has no mla_context_module, mla_generation_module table(s)")
+    assert str(unknown.value) == ("gb300/vllm has no version '0.9.9' [version='0.9.9']. Fix: versions: 0.1.dev19262, "
+                                  "0.14.0, 0.19.0, 0.22.0, 0.24.0, 0.27.0")
+    # a version it holds, without the model's tables: not covered, with the versions that hold them
+    with pytest.raises(E.NotCoveredError) as info:
+        estimate(db, model="moonshotai/Kimi-K3", system="gb300", backend="vllm", version="0.19.0", isl=1, osl=1,
+                 batch=1)
+    assert str(info.value).startswith("gb300/vllm 0.19.0 has no mla_context_module, mla_generation_module table(s)")
     assert info.value.values["versions_holding"]["mla_context_module"] == ["0.24.0", "0.27.0"]
     # a pinned version that holds the tables but not Kimi-K3's native: refused, never borrowed
     with pytest.raises(E.NotCoveredError, match="has no native-96 bucket for this key; it holds native head counts 128"):
@@ -200,10 +207,30 @@ def test_decode_kv_and_the_checkpoint_dtype(db):
     (gen,) = est.tps[0].decode[0].components
     assert gen.fields["step"] == 4096 and gen.fields["gemm_type"] == "fp8_block"
     assert est.dtypes["mla_generation_module"]["gemm_type"] == "fp8_block"
-    # a dtype option that contradicts the checkpoint is refused, not priced
-    with pytest.raises(E.ContradictionError, match="gemm_type=bfloat16 contradicts deepseek-ai/DeepSeek-V3"):
+    assert est.served == {"model": "deepseek-ai/DeepSeek-V3", "gemm": "fp8_block", "moe": "fp8_block",
+                          "checkpoint": {"gemm": "fp8_block", "moe": "fp8_block", "source": "quantization_config: "
+                                         "quant_method fp8, weight_block_size [128, 128]"}}
+    # a dtype is the deployment's choice: the one given wins, and every layer is priced in it
+    bf16 = estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm", tps=[8], isl=2048,
+                    osl=512, batch=8, decode_kv=4096, dtypes={"gemm_type": "bfloat16"})
+    (gen,) = bf16.tps[0].decode[0].components
+    assert gen.fields["gemm_type"] == "bfloat16" and bf16.dtypes["mla_context_module"]["gemm_type"] == "bfloat16"
+    assert bf16.served["model"] == "deepseek-ai/DeepSeek-V3@gemm=bfloat16,moe=fp8_block"
+    assert bf16.notes[0] == ("dtypes chosen: deepseek-ai/DeepSeek-V3 served with its linear layers as bfloat16 (its "
+                             "checkpoint: fp8_block), as deepseek-ai/DeepSeek-V3@gemm=bfloat16,moe=fp8_block")
+    asked = db.query(table="mla_generation_module", system="h200_sxm", backend="vllm", version="0.24.0",
+                     model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=8, step=4096, gemm_type="bfloat16",
+                     kernel_source=gen.kernel_source)
+    assert gen.latency_ms == asked.latency_ms and bf16.tps[0].decode_ms == 61 * asked.latency_ms
+    # the two names of the dense layers' dtype must agree; a dtype no table keys is refused
+    with pytest.raises(E.UsageError, match="gemm_type=bfloat16 and gemm_dtype=fp8_block both name the dtype of "
+                                           "deepseek-ai/DeepSeek-V3's linear layers"):
         estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm", tps=[8], isl=2048,
-                 osl=512, batch=8, dtypes={"gemm_type": "bfloat16"})
+                 osl=512, batch=8, dtypes={"gemm_type": "bfloat16", "gemm_dtype": "fp8_block"})
+    with pytest.raises(E.OptionValueError, match=r"^attn_dtype=fp8: no table this estimate prices "
+                                                 r"\(mla_context_module, mla_generation_module\) keys attn_dtype"):
+        estimate(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm", tps=[8], isl=2048,
+                 osl=512, batch=8, dtypes={"attn_dtype": "fp8"})
 
 
 def test_mla_without_module_tables_is_composed_from_its_parts(db):

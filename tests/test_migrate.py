@@ -460,12 +460,15 @@ def test_a_symlinked_table_has_its_target_rewritten(fixtures: Path, tmp_path: Pa
     assert report.ok and only(report, "b200_sxm/sparse_attention/sglang/0.5.10/dsv4_csa_context").written
     assert (data / CSA_CTX).is_symlink() and (data / CSA_CTX).resolve() == target
     assert pq.read_table(target).equals(pq.read_table(fixtures / TWIN_DIR / CSA_CTX), check_metadata=True)
-    # a link and its target both found: one file, two inputs -- refused, not written twice
+    # a link and its target both found: one file (its resolved path), planned and written once
     twin = writable_copy(fixtures / STALE_DIR, tmp_path / "twin")
     (twin / "view").mkdir()
     (twin / "view" / "dsv4_csa_context_module_perf.parquet").symlink_to(twin / CSA_CTX)
     report = migrate([twin], execute=True, model_configs=[str(fixtures / "09_hf_configs")])
-    assert not report.ok and {r.kind for p in report.files for r in p.refusals} == {"target_conflict"}
+    assert report.ok and len(report.files) == 5
+    assert [(p.source, p.written) for p in report.files if p.source.resolve() == (twin / CSA_CTX).resolve()] == [
+        (twin / CSA_CTX, True)]
+    assert pq.read_table(twin / CSA_CTX).equals(pq.read_table(fixtures / TWIN_DIR / CSA_CTX), check_metadata=True)
 
 
 def test_a_link_out_of_its_folder_is_not_rewritten(fixtures: Path, tmp_path: Path) -> None:

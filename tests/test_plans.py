@@ -384,3 +384,38 @@ def test_answers_with_quality_notes_from_plans_are_the_engines(cache_dir: Path) 
         served += 1
         with_notes += bool(got.quality)
     assert served >= 250 and with_notes >= 1, (served, with_notes)
+
+
+#: A dtype is the deployment's choice (issue 21): questions by model whose dtypes override the
+#: checkpoint's (given as fields, or as the served variant's id), the checkpoint's own, and a
+#: dtype never measured for the model (refused, naming the dtypes measured).
+DTYPE_QUESTIONS = [{**MLA, **point, **dtypes} for point in POINTS for dtypes in (
+    {"gemm_type": "bfloat16"}, {"gemm_type": "fp8_block"}, {}, {"gemm_type": "bfloat16", "kv_cache_dtype": "fp8"},
+    {"model": "deepseek-ai/DeepSeek-V3@gemm=bfloat16"}, {"gemm_type": "nvfp4"})] + [
+    {"table": "dsv4_csa_context_module", "system": "h200_sxm", "backend": "sglang", "version": "0.5.14",
+     "model": "sgl-project/DeepSeek-V4-Pro-FP8", "tp_size": 8, "batch_size": 1, "isl": isl, "gemm_type": "bfloat16"}
+    for isl in (1, 4096, 5000)]
+
+
+def test_dtype_overridden_answers_from_plans_are_the_engines(cache_dir: Path) -> None:
+    reference = modperf.open(cache=False)
+    want = [answered(reference, fields) for fields in DTYPE_QUESTIONS]
+    assert [w.fields["gemm_type"] for w in want[:5] if not isinstance(w, tuple)] == [
+        "bfloat16", "fp8_block", "fp8_block", "bfloat16", "bfloat16"]
+    assert want[0].derived["gemm_type"].startswith("bfloat16 as given (a deployment's choice)")
+    assert want[5][0] == "NotCoveredError" and "gemm_type=fp8_block or gemm_type=bfloat16" in want[5][1]
+    writer = modperf.open()
+    for fields in DTYPE_QUESTIONS:
+        answered(writer, fields)
+    reader = modperf.open()
+    assert reader._plans is not None
+    from_plans = 0
+    for fields, expected in zip(DTYPE_QUESTIONS, want):
+        got = reader._plans.answer(fields, False)
+        if got is None:  # a refusal, a point past the measured range: the engine answers
+            assert answered(reader, fields) == expected
+            continue
+        assert got == expected and got.to_dict() == expected.to_dict()
+        assert float(got.latency_ms).hex() == float(expected.latency_ms).hex()
+        from_plans += 1
+    assert from_plans >= 10, from_plans

@@ -50,11 +50,11 @@ def test_two_users_by_hand_from_the_steps(db: modperf.Database) -> None:
 
 
 def test_fitted_constants_are_the_backends(db: modperf.Database) -> None:
-    from modperf.serving_constants import AGG
+    from modperf.serving import BACKENDS
 
     dep = deployment_from_row({**QWEN, "isl": 1024, "osl": 128, "batch_size": 8, "tp_size": 2})
     out = predict(db, dep)
-    assert out.serving["constants"]["s_dec"] == AGG["vllm"].s_dec
+    assert out.serving["constants"]["s_dec"] == BACKENDS["vllm"].constants("agg", "h200_sxm")[0].s_dec
     assert out.serving["constants"]["source"].startswith("fitted")
     physics = predict(db, dep, fitted=False)
     assert out.tpot_ms != physics.tpot_ms
@@ -106,8 +106,7 @@ def test_bad_deployments_are_typed(db: modperf.Database) -> None:
         price(db, deployment_from_row({**QWEN, "isl": 8, "osl": 8, "batch_size": 1, "tp_size": 3}))
     with pytest.raises(E.QueryFieldError, match=r"batch_size must be an integer in 1\.\.1,048,576"):
         deployment_from_row({**QWEN, "isl": 8, "osl": 8, "batch_size": -4, "tp_size": 1})
-    with pytest.raises(E.QueryFieldError, match="a disaggregated deployment needs prefill_num_workers, "
-                                                "decode_num_workers, decode_batch_size"):
+    with pytest.raises(E.QueryFieldError, match="a disaggregated deployment needs decode_batch_size"):
         deployment_from_row({**QWEN, "mode": "disagg", "isl": 8, "osl": 8, "prefill_tp_size": 1,
                              "decode_tp_size": 1})
     with pytest.raises(E.QueryFieldError, match="unknown field"):
@@ -130,7 +129,7 @@ def test_disaggregated_pools(db: modperf.Database) -> None:
 
 
 def test_constants_default_to_physics() -> None:
-    assert Constants() == Constants(1.0, 1.0, 0.0, 0.0, 0.5)
+    assert Constants() == Constants(1.0, 1.0, 0.0, 0.0, 0.0, 0.5)
 
 
 def test_pipeline_stages_split_the_batch_and_add_hops(db: modperf.Database) -> None:
@@ -144,3 +143,118 @@ def test_pipeline_stages_split_the_batch_and_add_hops(db: modperf.Database) -> N
     assert two.steps["decode"]["batch"] == 4 and one.steps["decode"]["batch"] == 8
     assert two.steps["decode"]["ms"] == pytest.approx(td + 0.01, rel=1e-12)
     assert two.gpus == 2 * one.gpus
+
+
+def test_disaggregated_without_worker_counts_answers_tpot_only(db: modperf.Database) -> None:
+    """The decode pool's batch and tp fix its step, so TPOT is answered; without worker counts
+    the prefill pool's load is unknown: TTFT (and the per-GPU rate) is null, with the reason."""
+    row = {**QWEN, "mode": "disagg", "isl": 1024, "osl": 64, "prefill_tp_size": 2, "decode_tp_size": 2,
+           "decode_batch_size": 8}
+    out = predict(db, deployment_from_row(row), fitted=False)
+    td = step_cost(db, model="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", parallel=Parallel(tp=2),
+                   decode=DecodePart(8, 1024 + 32), graphed=True).total_ms
+    assert out.tpot_ms == td and out.ttft_ms is None and out.tokens_per_s_per_gpu is None and out.gpus is None
+    doc = out.to_dict()
+    assert doc["ttft_ms"] is None and doc["ttft_reason"].startswith("TTFT needs the topology: without "
+                                                                   "prefill_num_workers and decode_num_workers")
+    assert "prefill_one" not in out.steps and out.steps["decode"]["graphed"] is True
+
+
+def test_a_deployment_that_cannot_run_is_refused_with_the_figures(db: modperf.Database) -> None:
+    """DeepSeek-V3's fp8 weights (~626 GiB) on one 80 GiB H100 of the prefill pool (the decode
+    pool, over 16 GPUs, holds its 39 GiB share)."""
+    row = {"model_path": "deepseek-ai/DeepSeek-V3", "system": "h100_sxm", "backend": "sglang", "mode": "disagg",
+           "isl": 1024, "osl": 64, "prefill_tp_size": 1, "prefill_num_workers": 1, "decode_tp_size": 16,
+           "decode_num_workers": 2, "decode_batch_size": 8}
+    with pytest.raises(E.DeploymentFitError, match="deepseek-ai/DeepSeek-V3 does not fit the prefill pool on "
+                                                   r"h100_sxm: its weights take 6\d\d\.\d GiB per GPU at tp 1") as exc:
+        price(db, deployment_from_row(row))
+    assert exc.value.values["gpu_gib"] == 80.0 and exc.value.values["weights_gib"] > 600
+    assert exc.value.exit_code == 2 and exc.value.kind == "does_not_fit"
+    # the decode pool is checked too: at tp 8 each GPU holds 78.3 GiB of weights beside the 3.5 GiB reserve
+    with pytest.raises(E.DeploymentFitError, match=r"does not fit the decode pool on h100_sxm: its weights take "
+                                                   r"78\.3 GiB per GPU at tp 8"):
+        price(db, deployment_from_row({**row, "prefill_tp_size": 16, "decode_tp_size": 8}))
+    # one request whose KV alone exceeds what the weights leave
+    with pytest.raises(E.DeploymentFitError, match="one request of 1001000 tokens does not fit one GPU"):
+        price(db, deployment_from_row({**QWEN, "system": "h100_sxm", "isl": 1_000_000, "osl": 1000,
+                                       "batch_size": 1, "tp_size": 1}))
+
+
+def test_a_backend_without_rules_is_refused_by_name(db: modperf.Database) -> None:
+    from modperf.serving import backend_of
+
+    with pytest.raises(E.OptionValueError, match="no serving rules for backend 'tensorrt'"):
+        backend_of("tensorrt")
+    with pytest.raises(E.OptionValueError, match="backends with serving rules: sglang, trtllm, vllm"):
+        price(db, deployment_from_row({**QWEN, "backend": "tensorrt", "isl": 8, "osl": 8, "batch_size": 1,
+                                       "tp_size": 1}))
+
+
+def test_a_graphed_decode_gemm_drops_the_tables_per_call_floor(db: modperf.Database) -> None:
+    """MiniMax-M2.5's block-scaled fp8 projections on b200 vLLM: the table's DeepGemm bucket
+    floor (~0.17 ms at m 16, whatever the shape) is host-side work a CUDA graph replay does not
+    pay; graphed, each projection costs its table answer less (bucket floor - GPU floor), at
+    least the GPU floor plus its weight read at the system's bandwidth."""
+    from modperf.model_step import GemmFloors, gemm_floors
+    from modperf.roofline import gpu_spec
+
+    common = dict(model="MiniMaxAI/MiniMax-M2.5", system="b200_sxm", backend="vllm", parallel=Parallel(tp=4),
+                  decode=DecodePart(16, 2048))
+    eager = step_cost(db, **common)
+    graphed = step_cost(db, **common, graphed=True)
+    floors = gemm_floors(db, "b200_sxm", "vllm", "0.24.0")
+    gpu = gpu_spec("b200_sxm")
+    for before, after in zip(eager.ops, graphed.ops, strict=True):
+        if before.table != "gemm" or before.fields.get("gemm_dtype") != "fp8_block":
+            assert after.ms == before.ms and after.isolation_ms is None
+            continue
+        key = tuple(before.fields[k] for k in floors.key_names)
+        floor, base = GemmFloors.at(floors.buckets[key], 16), GemmFloors.at(floors.gpu, 16)
+        assert floor is not None and base is not None and floor > 0.1 and base < 0.003
+        n, k = before.fields["n"], before.fields["k"]
+        read = base + n * k / (gpu.mem_bw * gpu.mem_bw_scaling) * 1e3
+        assert after.ms == pytest.approx(min(before.ms, max(before.ms - (floor - base), read)), rel=1e-12)
+        assert after.isolation_ms == pytest.approx(before.ms - after.ms, rel=1e-12)
+    assert graphed.total_ms is not None and eager.total_ms is not None
+    assert graphed.total_ms < 0.5 * eager.total_ms
+    # a bfloat16 model has no floor above the GPU's: graph replay changes nothing
+    plain = dict(common, model="Qwen/Qwen3-32B")
+    assert step_cost(db, **plain, graphed=True).total_ms == step_cost(db, **plain).total_ms
+
+
+def test_allow_substitute_prices_an_unmeasured_native_and_says_so(db: modperf.Database) -> None:
+    """Kimi-K2.5's 64 heads: vLLM's MLA module tables hold only DeepSeek's 128 (and vLLM has
+    no MLA kernel tables to compose from). Refused strictly; with allow_substitute, the
+    attention answers from the native-128 bucket at the rank's local heads, and says so."""
+    row = {"model_path": "moonshotai/Kimi-K2.5", "system": "b200_sxm", "backend": "vllm", "mode": "agg",
+           "isl": 1024, "osl": 128, "batch_size": 8, "tp_size": 8}
+    with pytest.raises(E.NotCoveredError, match="has no native-64 bucket for this key; it holds native head "
+                                                "counts 128"):
+        price(db, deployment_from_row(row))
+    out = predict(db, deployment_from_row(row), allow_substitute=True)
+    subs = out.provenance["substitutions"]
+    assert subs and all("answered from the nearest native bucket, 128 (allow_substitute)" in s for s in subs)
+    assert any(s.startswith("L0-60 mla attention (decode)") for s in subs)
+    assert any(n.startswith("substituted (allow_substitute): ") for n in out.notes)
+    assert out.ttft_ms is not None and out.tpot_ms > 0
+    # a strict answer lists none
+    assert predict(db, deployment_from_row({**QWEN, "isl": 1024, "osl": 128, "batch_size": 8,
+                                            "tp_size": 2})).provenance["substitutions"] == []
+
+
+def test_backends_own_their_rules() -> None:
+    """Each backend's defaults, from its documentation or source (docs/serving.md)."""
+    from modperf.serving import BACKENDS
+
+    vllm, sglang, trtllm = BACKENDS["vllm"], BACKENDS["sglang"], BACKENDS["trtllm"]
+    h200, b200 = 151397597184, 193273528320
+    assert [b.graph_max_batch(h200, 2) for b in (vllm, sglang, trtllm)] == [512, 256, 128]
+    assert sglang.graph_max_batch(h200, 4) == 512 and sglang.graph_max_batch(b200, 1) == 512
+    assert [b.scheduler for b in (vllm, sglang, trtllm)] == ["mixed", "prefill_first", "mixed"]
+    assert trtllm.reserved_tokens(1000, 200) == 1200 and vllm.reserved_tokens(1000, 200) == 1100
+    # TRT-LLM serves a quantised checkpoint with an fp8 KV cache; the others keep the model's bfloat16
+    assert trtllm.kv_element_bytes("fp8_block") == 1.0 and trtllm.kv_element_bytes("nvfp4") == 1.0
+    assert trtllm.kv_element_bytes("bfloat16") == 2.0
+    assert {b.kv_element_bytes("fp8_block") for b in (vllm, sglang)} == {2.0}
+    assert trtllm.kv_budget_bytes(mem_capacity=100.0, weights=20.0, other=10.0, chunk=8192, gpus=1) == 0.9 * 70.0

@@ -281,13 +281,29 @@ def test_numbers_outside_their_range_are_usage_errors(db, field, value):
     (dict(self=1), "unknown field(s) 'self' for table mla_context_module"),
     (dict(batch_size="\u00b2"), "batch_size must be an integer in 1..1,048,576"),
     (dict(batch_size=True), "batch_size must be an integer in 1..1,048,576"),
-    (dict(isl=[2048]), "isl must be an integer in 1..4,194,304"),
+    (dict(isl=[2048]), "field 'isl' must be a string, a number or a boolean, not a list"),
     (dict(mla_dtype=["bfloat16"]), "field 'mla_dtype' must be a string, a number or a boolean, not a list"),
 ])
 def test_fields_are_parsed_strictly(db, fields, message):
     with pytest.raises(E.QueryFieldError, match=message.replace("(", r"\(").replace(")", r"\)")):
         db.query(**{**KIMI, "batch_size": 4, "isl": 2048, **fields})
     assert db.query(**KIMI, batch_size=4, isl=2048, allow_substitute=False).latency_ms == 0.7945
+
+
+def test_a_value_that_is_not_a_scalar_is_refused_alike_with_or_without_its_plan_cached():
+    """A batch line's error must not depend on whether an earlier line resolved its plan."""
+    fresh = modperf.open(cache=False)
+    cases = [({**KIMI, "batch_size": [4], "isl": 2048}, "batch_size"),
+             ({**KIMI, "batch_size": None, "isl": [2048]}, "isl")]  # (an axis left null before it)
+    for fields, name in cases:
+        with pytest.raises(E.QueryFieldError, match=f"field '{name}' must be a string, a number or a boolean, "
+                                                    "not a list"):
+            fresh.query(**fields)
+    assert fresh.query(**KIMI, batch_size=4, isl=2048).latency_ms == 0.7945  # the plan is cached now
+    for fields, name in cases:
+        with pytest.raises(E.QueryFieldError, match=f"field '{name}' must be a string, a number or a boolean, "
+                                                    "not a list"):
+            fresh.query(**fields)
 
 
 def test_query_many_checks_its_arrays(db):

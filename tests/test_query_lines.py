@@ -31,6 +31,10 @@ MSA = dict(table="msa_context_module", system="h200_sxm", backend="trtllm", vers
            model="nvidia/MiniMax-M3-NVFP4", tp_size=1, batch_size=2, step=128, gemm_type="fp8_block")
 KIMI = dict(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0", model="moonshotai/Kimi-K3",
             tp_size=8, batch_size=4, isl=2048, kernel_source="FLASH_ATTN")
+#: A dtype is the deployment's choice (issue 21): DeepSeek-V3 asked with bf16 GEMMs (its checkpoint
+#: stores fp8_block), as a field and as the served variant.
+V3_BF16 = dict(table="mla_context_module", system="h200_sxm", backend="trtllm", version="1.3.0rc20",
+               model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=2048, gemm_type="bfloat16")
 
 
 def mixed_batch(db: modperf.Database) -> bytes:
@@ -57,6 +61,12 @@ def mixed_batch(db: modperf.Database) -> bytes:
                 lines.append(json.dumps(dict(reversed(list(fields.items())))).encode())  # another field order
     for isl in (32768, 30000, 16384, 1_000_000, 32768):  # quality findings on the points answered
         lines.append(json.dumps({**MSA, "isl": isl}).encode())
+    for isl in (2048, 3000, 1024, 2048, 100_000):  # exact, blended, exact, again, refused
+        lines.append(json.dumps({**V3_BF16, "isl": isl}).encode())
+        lines.append(json.dumps({**V3_BF16, "isl": isl, "kv_cache_dtype": "fp8"}).encode())
+        lines.append(json.dumps({**{k: v for k, v in V3_BF16.items() if k != "gemm_type"}, "isl": isl,
+                                 "model": "deepseek-ai/DeepSeek-V3@gemm=bfloat16"}).encode())
+    lines.append(json.dumps({**V3_BF16, "gemm_type": "nvfp4"}).encode())  # never measured: refused
     lines += [json.dumps(KIMI).encode(), json.dumps({**KIMI, "isl": 3000}).encode(),
               json.dumps({**KIMI, "num_tokens": 8}).encode(),  # an axis of another table
               json.dumps({**KIMI, "allow_substitute": True}).encode(), json.dumps({**KIMI, "tp_size": 7}).encode(),
@@ -110,6 +120,10 @@ def test_the_mixed_batch_covers_every_kind_of_line(db: modperf.Database) -> None
     assert {o["table"] for o in out if "kind" in o} == {s[3] for s in SLOTS} | {"msa_context_module"}
     assert sum(o.get("quality") is not None for o in out) >= 3
     assert sum(o.get("lane") is not None for o in out) >= 10
+    overridden = [o for o in out if "kind" in o and o["fields"].get("model", "").startswith("deepseek-ai/DeepSeek-V3")
+                  and o["fields"].get("gemm_type") == "bfloat16"]
+    assert len(overridden) == 12 and {o["kind"] for o in overridden} == {"exact", "interpolated"}
+    assert all("its checkpoint stores them as fp8_block" in o["derived"]["gemm_type"] for o in overridden)
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
@@ -413,3 +427,54 @@ def test_lines_of_a_known_shape_beside_lines_too_long_or_given_as_text(db: modpe
     out = [line for c in run_chunks(lines, answerer.answer, chunk=50, shapes=shapes, answer_shaped=counted)
            for _, line in c]
     assert out == reference and shaped >= 190
+
+
+def test_axis_values_to_parse_or_refuse_are_read_once_per_value(db: modperf.Database,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A value where an integer goes (text, a float, a boolean, null, out of range, a value that
+    is not a number) is read as the query reads it once per value and plan, and its lines take
+    the vectorised path (answered, or refused with the reference's error line); a value that is
+    not a scalar goes through the reference path, which refuses it as a fresh resolution does."""
+    rng = np.random.default_rng(31)
+    values = ["2048", "3000", 2048.0, 3000.5, True, None, 0, 1 << 40, "many", "-0", -0.0, 0.0, "²", [2048]]
+    lines = [json.dumps({**KIMI, "batch_size": int(b), "isl": v}).encode()
+             for v in values for b in rng.integers(1, 64, 40)]
+    data = b"\n".join(lines[i] for i in rng.permutation(len(lines))) + b"\n"
+    reference = [line for _, line in run_lines(read_lines(io.BytesIO(data)), db.queries.query)]
+    for chunk in (7, 4096):
+        answerer = LineAnswerer(modperf.open().queries)
+        read: collections.Counter = collections.Counter()
+        axis_value = answerer.engine.axis_value
+        monkeypatch.setattr(answerer.engine, "axis_value", lambda plan, name, v, f=axis_value, read=read: (
+            read.update([repr(v)]), f(plan, name, v))[1])
+        by_reference: list = []
+        one_at_a_time = answerer.reference
+        monkeypatch.setattr(answerer, "reference", lambda fields, f=one_at_a_time, seen=by_reference: (
+            seen.append(fields["isl"]), f(fields))[1])
+        out = [line for c in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=chunk) for _, line in c]
+        assert out == reference
+        assert by_reference == [[2048]] * 40  # (only the list)
+        assert read.pop("[2048]") == 40  # (the reference path, once per line)
+        assert set(read.values()) == {1} and len(read) == len(values) - 1, read  # (once per value, across chunks)
+    kinds = collections.Counter(json.loads(line).get("kind") or json.loads(line)["error"]["kind"] for line in out)
+    # ("2048", "3000" and 2048.0 read as the integers; the rest refused)
+    assert kinds["query_field"] == 11 * 40 and kinds["exact"] + kinds["interpolated"] >= 40
+
+
+def test_refusals_of_long_text_are_not_kept_for_the_batch(db: modperf.Database) -> None:
+    """A kept error is keyed by its line's values, which a line may hold by the megabyte: long
+    text is refused line by line (within a group, at once), never kept."""
+    long_model = {**KIMI, "model": "org/" + "x" * 5000}
+    long_value = {**KIMI, "isl": "9" * 5000}
+    lines = [json.dumps({**long_model, "batch_size": b}).encode() for b in range(1, 40)]
+    lines += [json.dumps({**long_value, "batch_size": b}).encode() for b in range(1, 40)]
+    lines += [json.dumps({**KIMI, "model": "no/such-model", "batch_size": b}).encode() for b in range(1, 40)]
+    data = b"\n".join(lines) + b"\n"
+    reference = [line for _, line in run_lines(read_lines(io.BytesIO(data)), db.queries.query)]
+    answerer = LineAnswerer(modperf.open().queries)
+    out = [line for c in run_chunks(read_lines(io.BytesIO(data)), answerer.answer, chunk=4096) for _, line in c]
+    assert out == reference and len(set(out)) == 3
+    kept = list(answerer._failed)  # (keys: field names, non-axis values, their types)
+    assert len(kept) == 1 and "no/such-model" in kept[0][1]  # (the short one)
+    assert all(len(k[2]) <= 1024 for memo in answerer._axis_values.values() for k in memo[1])
+    assert not answerer._line_errors

@@ -5,11 +5,13 @@ say what they are (substitution, quality findings, defaults)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from tests.helpers import run_cli
 from typer.testing import CliRunner
 
 import modperf
@@ -145,11 +147,14 @@ def test_layer_kinds_pick_their_own_keys(db: modperf.Database) -> None:
     (dict(table="generation_attention", system="h200_sxm", backend="vllm", version="0.24.0",
           model="Qwen/Qwen3-32B", tp_size=2, batch_size=16, step=1023, window_size=4096),
      "window_size=4096 contradicts Qwen/Qwen3-32B at tp_size 2: its full layers use window_size 0"),
-    (dict(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0",
-          model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=2048, kernel_source="FLASH_ATTN",
-          gemm_type="bfloat16"),
-     "gemm_type=bfloat16 contradicts deepseek-ai/DeepSeek-V3 at tp_size 8: its checkpoint stores its linear layers "
-     "as fp8_block (quantization_config: quant_method fp8, weight_block_size [128, 128])"),
+    (dict(table="dsv4_csa_context_module", system="b200_sxm", backend="sglang", version="0.5.14",
+          model="deepseek-ai/DeepSeek-V4-Pro", tp_size=8, batch_size=1, isl=4096, compress_ratio=128),
+     "compress_ratio=128 contradicts deepseek-ai/DeepSeek-V4-Pro at tp_size 8: its csa layers use compress_ratio 4"),
+    # a dtype is the deployment's choice (answered below), but a model given with a dtype stays
+    # the model: its kv heads at the tp still decide
+    (dict(table="generation_attention", system="h200_sxm", backend="vllm", version="0.24.0",
+          model="Qwen/Qwen3-32B", tp_size=2, batch_size=16, step=1023, num_key_value_heads=8, kv_cache_dtype="fp8"),
+     "num_key_value_heads=8 contradicts Qwen/Qwen3-32B at tp_size 2: rank-local kv heads are 4 (8 kv heads / tp 2)"),
     (dict(table="dsa_context_module", system="h200_sxm", backend="sglang", version="0.5.14",
           model="deepseek-ai/DeepSeek-V3.2", tp_size=8, batch_size=4, isl=2048,
           op_name="dsa_context_module_skip_indexer"),
@@ -163,6 +168,70 @@ def test_a_contradiction_is_refused_naming_field_given_derived_and_why(db: modpe
     assert str(info.value).startswith(message)
     assert info.value.exit_code == 2 and info.value.kind == "contradiction"
     assert set(info.value.values) >= {"field", "given", "derived"}
+    assert info.value.fix.startswith(f"leave {info.value.values['field']} out (the model fixes it)")
+
+
+def test_a_given_dtype_wins_over_the_checkpoints(db: modperf.Database) -> None:
+    """Issue 21: the table measured DeepSeek-V3 with bf16 GEMMs beside fp8_block ones (a backend
+    serves either); a dtype is the deployment's choice, so the stored bf16 row answers, and the
+    answer says what the checkpoint stores."""
+    q = dict(table="mla_context_module", system="h200_sxm", backend="trtllm", version="1.3.0rc20",
+             model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=4, isl=2048)
+    bf16 = db.query(**q, gemm_type="bfloat16")
+    own = db.query(**q)
+    assert (bf16.latency_ms, bf16.kind, own.latency_ms, own.kind) == (1.0667, "exact", 1.0389, "exact")
+    where = dict(model="deepseek-ai/DeepSeek-V3", kernel_source="default", mla_dtype="bfloat16",
+                 kv_cache_dtype="bfloat16", num_heads=16, batch_size=4, isl=2048, step=0)
+    for answer, dtype in ((bf16, "bfloat16"), (own, "fp8_block")):
+        assert answer.fields["gemm_type"] == dtype
+        assert [answer.latency_ms] == stored(db, "h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module",
+                                             gemm_type=dtype, **where)
+    assert bf16.derived == {"gemm_type": "bfloat16 as given (a deployment's choice); its checkpoint stores them as "
+                                         "fp8_block (quantization_config: quant_method fp8, weight_block_size [128, "
+                                         "128])"}
+    assert own.derived == {"gemm_type": "its checkpoint stores its linear layers as fp8_block (quantization_config: "
+                                        "quant_method fp8, weight_block_size [128, 128])"}
+    # the checkpoint's own value given is the checkpoint's answer, and says so
+    assert db.query(**q, gemm_type="fp8_block").derived == own.derived
+    # the same choice spelled as the served variant
+    variant = db.query(**{**q, "model": "deepseek-ai/DeepSeek-V3@gemm=bfloat16"})
+    assert variant.latency_ms == bf16.latency_ms and variant.fields["gemm_type"] == "bfloat16"
+    assert variant.derived["gemm_type"] == (
+        "served with its linear layers as bfloat16 (deepseek-ai/DeepSeek-V3@gemm=bfloat16); its checkpoint stores "
+        "them as fp8_block (quantization_config: quant_method fp8, weight_block_size [128, 128])")
+    # a dtype the table never measured for this geometry is a miss naming the dtypes it did measure
+    with pytest.raises(E.NotCoveredError) as info:
+        db.query(**q, gemm_type="nvfp4")
+    assert info.value.fix.startswith(
+        "the table measured this key with gemm_type=fp8_block or gemm_type=bfloat16 (a dtype is the deployment's "
+        "choice): give it (--gemm-type fp8_block); or use the values of a covered key")
+
+
+def test_a_miss_a_served_dtype_would_fix_names_it(db: modperf.Database) -> None:
+    """Issue 25: the table measured DeepSeek-V3 with bf16 and nvfp4 GEMMs, not its checkpoint's
+    fp8_block: the miss names the dtypes measured, as the option and as the served variant, and
+    that variant answers."""
+    q = dict(table="mla_context_module", system="rtx_pro_6000_server", backend="vllm", version="0.24.0",
+             model="deepseek-ai/DeepSeek-V3", tp_size=8, batch_size=1, isl=1024, kernel_source="FLASH_ATTN")
+    with pytest.raises(E.NotCoveredError) as info:
+        db.query(**q)
+    assert info.value.fix.startswith(
+        "the table measured this key with gemm_type=bfloat16 or gemm_type=nvfp4 (a dtype is the deployment's "
+        "choice): give it (--gemm-type bfloat16), or ask for the served variant "
+        "deepseek-ai/DeepSeek-V3@gemm=bfloat16,moe=fp8_block; or use the values of a covered key")
+    served = db.query(**{**q, "model": "deepseek-ai/DeepSeek-V3@gemm=bfloat16,moe=fp8_block"})
+    assert served.kind == "exact" and served.latency_ms == db.query(**q, gemm_type="bfloat16").latency_ms
+    assert [served.latency_ms] == stored(db, "rtx_pro_6000_server", "vllm", "0.24.0", "mla_context_module",
+                                         model="deepseek-ai/DeepSeek-V3", gemm_type="bfloat16",
+                                         kernel_source=served.fields["kernel_source"], mla_dtype="bfloat16",
+                                         kv_cache_dtype="bfloat16", num_heads=16, batch_size=1, isl=1024, step=0)
+    # the CLI, as a user runs it
+    run = run_cli(["query", "mla_context_module", "--system", "rtx_pro_6000_server", "--backend", "vllm", "--version",
+                   "0.24.0", "--model", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--batch-size", "1", "--isl", "1024",
+                   "--kernel-source", "FLASH_ATTN", "--json"])
+    assert run.returncode == 1
+    error = json.loads(run.stdout)["error"]
+    assert error["kind"] == "not_covered" and "deepseek-ai/DeepSeek-V3@gemm=bfloat16,moe=fp8_block" in error["fix"]
 
 
 def test_num_heads_and_native_heads_that_contradict_the_model(db: modperf.Database) -> None:
@@ -241,8 +310,12 @@ def test_the_msa_outlier_answer_carries_its_quality_finding(db: modperf.Database
     between = db.query(**q, isl=30000)
     assert between.kind == "interpolated"
     assert sorted(f["point"]["isl"] for f in between.quality) == [16384, 32768]
-    # the mixed-precision checkpoint fixes no GEMM dtype: the answer says so
-    assert "gemm_type not derived: quantization_config: modelopt does not fix one dtype per kind of layer" in a.notes
+    # the mixed-precision checkpoint fixes no GEMM dtype: the answer says so beside the one given
+    assert a.derived["gemm_type"] == ("fp8_block as given (a deployment's choice); its checkpoint does not fix them "
+                                      "(quantization_config: modelopt does not fix one dtype per kind of layer)")
+    without = db.query(**{k: v for k, v in q.items() if k != "gemm_type"}, isl=32768)
+    assert "gemm_type not derived: quantization_config: modelopt does not fix one dtype per kind of layer" in \
+        without.notes
     text = runner.invoke(app, ["query", "msa_context_module", "--system", "h200_sxm", "--backend", "trtllm",
                                "--version", "1.3.0rc23", "--model", "nvidia/MiniMax-M3-NVFP4", "--tp", "1",
                                "--batch-size", "2", "--isl", "32768", "--step", "128", "--gemm-type", "fp8_block"])
@@ -333,6 +406,8 @@ def test_a_served_variant_names_its_dtypes(db: modperf.Database) -> None:
                                         mla_dtype="bfloat16", kv_cache_dtype="bfloat16", num_heads=32, batch_size=4,
                                         isl=2048)
     assert bf16.latency_ms == 0.7654 and nvfp4.models == ("deepseek-ai/DeepSeek-V3",)
-    assert nvfp4.derived["gemm_type"].startswith("it is served with its linear layers as nvfp4 (served as nvfp4")
+    assert nvfp4.derived["gemm_type"] == (
+        "served with its linear layers as nvfp4 (deepseek-ai/DeepSeek-V3@nvfp4); its checkpoint stores them as "
+        "fp8_block (quantization_config: quant_method fp8, weight_block_size [128, 128])")
     with pytest.raises(E.UnknownModelError, match="cannot read the served-dtype suffix"):
         db.query(**q, model="deepseek-ai/DeepSeek-V3@fp8=oops,=")

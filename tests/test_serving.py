@@ -111,3 +111,25 @@ def test_backend_defaults_from_the_system_files() -> None:
     assert chunks(15000, 8192) == [(8192, 0), (6808, 8192)]
     with pytest.raises(E.SystemSpecError, match="no memory size for system 'nope'"):
         system_memory("nope")
+
+
+def test_an_eager_step_is_at_least_its_ops_times_the_host_time_per_op() -> None:
+    """900 ops at 0.2 ms each: every step carrying prefill takes at least 180 ms (the 100 ms
+    prefill is host-bound); the graphed decode step does not."""
+    x = AggInputs(batch=1, isl=1000, osl=11, prefill_one_ms=100.0, packed=1, prefill_packed_ms=100.0, decode_ms=10.0,
+                  capped_ms=110.0, max_running=10, prefill_ops=900, prefill_chunks=1)
+    out = aggregated(x, Constants(host_op_ms=0.2))
+    assert out.tpot_ms == pytest.approx(10.0) and out.ttft_ms == pytest.approx(180.0 + 5.0)
+    assert aggregated(x, Constants(host_op_ms=0.05)).ttft_ms == pytest.approx(100.0 + 5.0)
+
+
+def test_a_prefill_first_scheduler_caps_tpot_with_a_decode_step_plus_a_prefill_step() -> None:
+    """Far past capacity a decoding user waits through a decode step and a whole prefill step
+    (prefill first) instead of one step carrying both (mixed): 10 + 100 ms against 110 ms here,
+    the same by construction; with a mixed step of 40 ms the two differ."""
+    mixed = AggInputs(batch=800, isl=1000, osl=11, prefill_one_ms=100.0, packed=1, prefill_packed_ms=100.0,
+                      decode_ms=10.0, capped_ms=40.0, max_running=1000)
+    alone = AggInputs(**{**mixed.__dict__, "scheduler": "prefill_first"})
+    assert aggregated(mixed, PHYSICS).detail["capped_step_ms"] == pytest.approx(40.0)
+    assert aggregated(alone, PHYSICS).detail["capped_step_ms"] == pytest.approx(110.0)
+    assert aggregated(alone, PHYSICS).ttft_ms > aggregated(mixed, PHYSICS).ttft_ms

@@ -58,7 +58,9 @@ def test_missing_num_heads_points_to_migrate(db, models, tmp_path):
     f = only(failures(ref, models), E.MissingColumnError)
     assert f.values == {"table": "mla_context_module", "column": "num_heads"}
     assert "no num_heads column: legacy layout whose head axis is unknown (nothing is backfilled)" in str(f)
-    assert f.fix == f"run `modperf migrate {ref.path} --model MODEL_ID` (dry run first) to write rank-local num_heads"
+    # the table names each row's model: migrate takes the native from it; a parquet original is never replaced
+    assert f.fix == (f"run `modperf migrate {ref.path} --out {ref.path.parent / 'migrated'}` (a dry run: it prints "
+                     "the plan; add --execute to write)")
 
 
 def test_missing_tp_size_and_model_are_both_reported(db, models, tmp_path):
@@ -167,7 +169,8 @@ def test_stale_fingerprint(db, models, tmp_path):
     f = only(failures(ref, models), E.StaleConventionError)
     assert f.row_count == 1600
     assert f.values == {"model": "sgl-project/DeepSeek-V4-Pro-FP8", "num_heads": 128, "tp_sizes": [1, 2, 4, 8]}
-    assert f.fix == f"run `modperf migrate {ref.path}` to rewrite num_heads = native // tp_size (dry run first, then --execute)"
+    assert f.fix == (f"run `modperf migrate {ref.path}` (a dry run: it prints the plan; add --execute to rewrite the "
+                     "file): num_heads becomes native // tp_size")
 
 
 def test_native_contract_of_sparse_kernels(db, models, tmp_path):

@@ -1,4 +1,4 @@
-"""modperf: the performance database for LLM-inference attention modules.
+"""modperf: the performance database for LLM-inference modules.
 
 Every module row carries rank-local ``num_heads`` and ``tp_size``; each table family declares
 how its head axis is keyed; native head counts come from HF configs; loaders fail closed.
@@ -6,6 +6,9 @@ how its head axis is keyed; native head counts come from HF configs; loaders fai
     db = modperf.open()                       # the embedded corpus (or open(data_root=...))
     db.query(table=..., system=..., ...)      # one latency with its provenance
     modperf.check()                           # every declared table, every guard
+    db.table(...).to_arrow()                  # a table's measured points (to_frame(): pandas / polars)
+    modperf.answers_to_arrow(answers)         # query answers, one row each
+    modperf.export(db, "rows.parquet", system=...)   # what `modperf export` writes
 
 The heavier tools live in their modules, imported on use: ``modperf.estimate.estimate``,
 ``modperf.migrate.migrate``, ``modperf.writer.open_writer``, ``modperf.dedupe.dedupe``,
@@ -32,7 +35,10 @@ if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
     from .check import CheckReport, check
     from .db import Database, open  # noqa: A004  (modperf.open shadows the builtin by design)
     from .errors import ModperfError
+    from .export import export
     from .families import Family, Tier, family_of, registry
+    from .frames import answers_to_arrow, to_frame
+    from .lattice import KINDS
     from .loader import Loaded, Scope, load_one, load_table
     from .models import ModelConfig, ModelRegistry
 
@@ -42,14 +48,14 @@ _HOMES = {
     "check": "check", "Database": "db", "open": "db", "Family": "families", "Tier": "families",
     "family_of": "families", "registry": "families", "Loaded": "loader", "Scope": "loader",
     "load_one": "loader", "load_table": "loader", "ModelConfig": "models", "ModelRegistry": "models",
-    "ModperfError": "errors",
+    "ModperfError": "errors", "KINDS": "lattice", "answers_to_arrow": "frames", "to_frame": "frames",
+    "export": "export",
 }
 
 __all__ = [
-    "Catalog", "CheckReport", "Database", "Family", "KeyedTable", "Loaded", "ModelConfig", "ModelRegistry",
-    "ModperfError", "Scope", "TableRef", "Tier", "__version__", "check", "errors", "family_of", "load_one",
-    "load_table", "open",
-    "registry",
+    "KINDS", "Catalog", "CheckReport", "Database", "Family", "KeyedTable", "Loaded", "ModelConfig", "ModelRegistry",
+    "ModperfError", "Scope", "TableRef", "Tier", "__version__", "answers_to_arrow", "check", "errors", "export",
+    "family_of", "load_one", "load_table", "open", "registry", "to_frame",
 ]
 
 
@@ -71,7 +77,7 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """The package's module type: ``modperf.check`` stays the function.
+    """The package's module type: ``modperf.check`` (and ``modperf.export``) stays the function.
 
     Importing a submodule binds it on its package under its name; the submodule
     ``modperf.check`` would then replace the function ``modperf.check`` (the package imported it
@@ -79,8 +85,8 @@ class _Package(types.ModuleType):
     the submodule's place instead."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "check" and isinstance(value, types.ModuleType):
-            value = value.check
+        if name in ("check", "export") and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
         super().__setattr__(name, value)
 
 

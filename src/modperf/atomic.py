@@ -8,6 +8,10 @@ clobbering, so two writers cannot both win). The folder is fsynced after the ren
 new name survives a crash. On any failure the temporary file is removed and the target is
 left as it was.
 
+A temporary file is created exclusively and without following a symbolic link (``O_CREAT |
+O_EXCL | O_NOFOLLOW``, mode 0600; its mode is set on the open descriptor), so that a link or a
+file someone planted at its name makes the write fail instead of redirecting it.
+
 A temporary file's name says whose it is: ``.{target}~{host}~{boot}~{pid}~{start}~{random}.modperf-tmp``
 (host name, boot id, process id and the process's start time). A process killed with
 ``kill -9`` cannot remove its temporary file; the next write into the same folder on the same
@@ -27,7 +31,7 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +44,8 @@ if TYPE_CHECKING:  # pyarrow on use: the catalog and the cache import this modul
 
 #: Temporary files end with this (the name before it says which process wrote it).
 TMP_SUFFIX = ".modperf-tmp"
+#: How every temporary file is created: a new file (never one that exists, never through a link).
+NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 #: Parquet footer key that marks a file modperf wrote (value: which command and version).
 OWNER_KEY = b"modperf.written_by"
 _SEP = "~"
@@ -245,6 +251,16 @@ def _link_new(temp: Path, target: Path) -> None:
     temp.unlink()
 
 
+def _set_mode(fd: int, path: Path, mode: int) -> None:
+    """A new file's mode, set on its open descriptor (never through its name, which someone
+    could have swapped for a link meanwhile); by name only where there is no ``fchmod``."""
+    fchmod = getattr(os, "fchmod", None)
+    if fchmod is not None:
+        fchmod(fd, mode)
+    else:  # pragma: no cover  (no fchmod: not POSIX)
+        os.chmod(path, mode)
+
+
 def stage(
     target: Path,
     write: Callable[[BinaryIO], None],
@@ -252,6 +268,7 @@ def stage(
     overwrite: bool,
     verify: Callable[[Path], None] | None = None,
     follow_symlink: bool = False,
+    mode: int | None = None,
 ) -> StagedFile:
     """Write ``target``'s future content to a temporary file beside it and verify it.
 
@@ -260,6 +277,7 @@ def stage(
     is visible under ``target`` until :meth:`StagedFile.commit`. A ``target`` that is a
     symbolic link is refused unless ``follow_symlink`` (then the file it points to is replaced
     and the link stays). Stale temporary files of killed writes in the folder are removed first.
+    The file gets ``mode`` (default: a replaced file's bits, else the umask's default).
     """
     target = real_target(Path(target), follow=follow_symlink)
     if not overwrite and (target.exists() or target.is_symlink()):
@@ -270,7 +288,7 @@ def stage(
         target.parent.mkdir(parents=True, exist_ok=True)
         sweep(target.parent)
         temp = target.parent / f"{_temp_prefix(target)}{os.urandom(4).hex()}{TMP_SUFFIX}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(temp, NEW_FILE_FLAGS, 0o600)
     except OSError as exc:
         raise E.WriteFailedError(f"cannot create a file in {target.parent}: {exc.strerror or exc}", file=target,
                                  fix="check that the folder exists, is a folder and is writable") from exc
@@ -279,7 +297,7 @@ def stage(
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temp, _mode_for(target))
+            _set_mode(handle.fileno(), temp, _mode_for(target) if mode is None else mode)
         if verify is not None:
             verify(temp)
     except BaseException as exc:
@@ -302,13 +320,34 @@ def write_atomically(
     overwrite: bool,
     verify: Callable[[Path], None] | None = None,
     follow_symlink: bool = False,
+    mode: int | None = None,
 ) -> None:
     """Stage, verify and commit one file."""
-    staged = stage(target, write, overwrite=overwrite, verify=verify, follow_symlink=follow_symlink)
+    staged = stage(target, write, overwrite=overwrite, verify=verify, follow_symlink=follow_symlink, mode=mode)
     try:
         staged.commit()
     finally:
         staged.discard()  # no-op after a successful replace; removes the temp if commit failed
+
+
+def replace_unsynced(target: str | os.PathLike[str], pieces: Iterable[bytes | memoryview]) -> None:
+    """Write ``pieces`` to a temporary file beside ``target`` (created as every temporary file
+    is: exclusive, no link followed, mode 0600) and rename it onto ``target``, without fsync:
+    for cache files, whose digest refuses a copy a crash tore. The temporary file is removed
+    on any failure (which raises)."""
+    target = os.fspath(target)
+    folder, name = os.path.split(target)
+    temp = os.path.join(folder, _temp_prefix(Path(name)) + os.urandom(6).hex() + TMP_SUFFIX)
+    fd = os.open(temp, NEW_FILE_FLAGS, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for piece in pieces:
+                handle.write(piece)
+        os.replace(temp, target)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 @contextmanager

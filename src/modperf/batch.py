@@ -14,11 +14,15 @@ import json
 import json.scanner
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import IO, Any, cast
 
-from . import errors as E
 from .jsonio import dumps, dumps_small
-from .limits import MAX_LINE_BYTES
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing, errors and limits cost a batch answered from persisted plans ~10 ms: on use)
+    from typing import IO, Any, cast
+else:
+    def cast(_: object, value: object) -> object:
+        return value
 
 _ASCII_BLANK = " \t\n\r\x0b\x0c"  # what bytes.strip() removes: a line of only these is blank
 _LINE_FIX = 'one JSON object per line, e.g. {"table": "...", "system": "...", ...}'
@@ -31,9 +35,14 @@ class LineTooLong:
         self.size = size
 
 
-def read_lines(stream: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[bytes | LineTooLong]:
-    """The lines of a byte stream; a line longer than ``limit`` bytes comes out as a
-    :class:`LineTooLong` (read through in chunks, never held whole)."""
+def read_lines(stream: IO[bytes], limit: int | None = None) -> Iterator[bytes | LineTooLong]:
+    """The lines of a byte stream; a line longer than ``limit`` bytes (default: the query
+    line's limit, modperf.limits) comes out as a :class:`LineTooLong` (read through in chunks,
+    never held whole)."""
+    if limit is None:
+        from .limits import MAX_LINE_BYTES
+
+        limit = MAX_LINE_BYTES
     while True:
         line = stream.readline(limit + 1)
         if not line:
@@ -51,6 +60,8 @@ def read_lines(stream: IO[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[bytes
 
 
 def error_line(exc: BaseException) -> dict[str, Any]:
+    from . import errors as E
+
     if isinstance(exc, E.ModperfError):
         return {"error": exc.to_dict()}
     return {"error": {"type": type(exc).__name__, "kind": "internal", "message": E.clean(str(exc))}}
@@ -67,6 +78,8 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: set[str] = set()
     for key, _ in pairs:  # the first key seen twice, as a scan in order finds it
         if key in seen:
+            from . import errors as E
+
             raise ValueError(f"field {E.quote(key)} appears twice")
         seen.add(key)
     raise AssertionError("a shorter dict has a repeated key")
@@ -76,12 +89,16 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
 
 
-def parse_line(number: int, line: bytes | str | LineTooLong) -> dict[str, Any] | None:
+def parse_line(number: int, line: bytes | str | LineTooLong, fix: str = _LINE_FIX) -> dict[str, Any] | None:
     """One batch line as a query's fields (None for a blank line); every way a line can be
-    malformed is a QueryFieldError naming the line."""
+    malformed is a QueryFieldError naming the line, whose ``fix`` shows a line of the batch's
+    kind (a query's by default, a deployment's for ``predict --batch``)."""
+    from . import errors as E
+    from .limits import MAX_LINE_BYTES
+
     if isinstance(line, LineTooLong):
         raise E.QueryFieldError(f"line {number} is {line.size:,} bytes, longer than a query line may be",
-                                values={"line": number, "limit_bytes": MAX_LINE_BYTES}, fix=_LINE_FIX)
+                                values={"line": number, "limit_bytes": MAX_LINE_BYTES}, fix=fix)
     if isinstance(line, bytes):
         try:
             text = line.decode("utf-8")
@@ -99,16 +116,16 @@ def parse_line(number: int, line: bytes | str | LineTooLong) -> dict[str, Any] |
             obj = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise E.QueryFieldError(f"line {number} is not JSON: {exc.msg} (column {exc.colno})",
-                                values={"line": number}, fix=_LINE_FIX) from None
+                                values={"line": number}, fix=fix) from None
     except RecursionError:
         raise E.QueryFieldError(f"line {number} nests arrays or objects too deep to be a query",
-                                values={"line": number}, fix=_LINE_FIX) from None
+                                values={"line": number}, fix=fix) from None
     except ValueError as exc:  # NaN/Infinity, a duplicate key, an integer of thousands of digits
         raise E.QueryFieldError(f"line {number} is not strict JSON: {E.clean(str(exc), 200)}",
-                                values={"line": number}, fix=_LINE_FIX) from None
+                                values={"line": number}, fix=fix) from None
     if not isinstance(obj, dict):
         raise E.QueryFieldError(f"line {number}: a query is a JSON object, got {type(obj).__name__}",
-                                values={"line": number}, fix=_LINE_FIX)
+                                values={"line": number}, fix=fix)
     return obj
 
 
@@ -267,8 +284,9 @@ CHUNK_LINES = 4096
 #: line (defaults merged in), the fields its lines give as their own integers, each such
 #: field's digits per line, the number of lines -- gives one ``(ok, line)`` per line, or None
 #: where the lines are to be read and answered one by one.
-ShapedAnswer = Callable[[dict[str, Any], tuple[str, ...], list[tuple[bytes, ...]], int],
-                        "list[tuple[bool, str]] | None"]
+if TYPE_CHECKING:  # (annotations only)
+    ShapedAnswer = Callable[[dict[str, Any], tuple[str, ...], list[tuple[bytes, ...]], int],
+                            "list[tuple[bool, str]] | None"]
 
 
 def run_chunks(lines: Iterable[bytes | str | LineTooLong],

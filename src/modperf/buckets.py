@@ -24,6 +24,8 @@ from .catalog import TableRef
 from .families.base import HEADS, Family, TableSpec, Tier
 
 if TYPE_CHECKING:  # keying imports validation's column helpers on use: a cached table needs neither
+    import pyarrow as pa
+
     from .validate import ValidatedTable
 
 NATIVE = "native"
@@ -130,6 +132,46 @@ class KeyedTable:
         if index is None or (not index and self.bucket_keys):
             index = self._index = {k: i for i, k in enumerate(self.bucket_keys)}
         return index.get(key)
+
+    def point_latencies(self) -> dict[tuple[Any, ...], float]:
+        """Every point's latency by its full key (bucket key, then axis values): for comparing
+        two files that measure the same table point by point."""
+        names = tuple(self.axes)
+        out: dict[tuple[Any, ...], float] = {}
+        for b, key in enumerate(self.bucket_keys):
+            lo, hi = int(self.offsets[b]), int(self.offsets[b + 1])
+            columns = [self.axes[a][lo:hi].tolist() for a in names]
+            for i, latency in enumerate(self.latency[lo:hi].tolist()):
+                out[(*key, *(c[i] for c in columns))] = latency
+        return out
+
+    def to_arrow(self) -> pa.Table:
+        """The table's measured points, one row each, as modperf answers from them: the key
+        columns (rank-local ``num_heads``, and ``native`` where the family keys it), the axes,
+        ``latency_ms`` (after the duplicate rule), ``merged_rows`` (the stored rows folded into
+        the point) and ``models`` (the model names that measured its bucket, comma-joined);
+        ``native`` also where the buckets record one the key does not hold."""
+        import pyarrow as pa
+
+        index = np.repeat(np.arange(self.n_buckets), np.diff(self.offsets))
+        take = pa.array(index)
+        columns: dict[str, Any] = {}
+        for j, name in enumerate(self.key_names):
+            columns[name] = pa.array([k[j] for k in self.bucket_keys]).take(take)
+        if NATIVE not in self.key_names and bool((self.bucket_native > 0).any()):
+            columns[NATIVE] = pa.array([int(v) if v > 0 else None for v in self.bucket_native], pa.int64()).take(take)
+        for name, values in self.axes.items():
+            columns[name] = pa.array(values)
+        columns["latency_ms"] = pa.array(self.latency)
+        columns["merged_rows"] = pa.array(self.sources)
+        columns["models"] = pa.array([", ".join(ms) or None for ms in self.bucket_models], pa.string()).take(take)
+        return pa.table(columns)
+
+    def to_frame(self, library: str = "pandas") -> Any:
+        """:meth:`to_arrow` as a pandas (or ``library="polars"``) frame, where installed."""
+        from .frames import to_frame
+
+        return to_frame(self.to_arrow(), library)
 
     def bucket(self, b: int) -> dict[str, Any]:
         """One bucket as plain data: its key, natives and models, and its points."""

@@ -41,6 +41,14 @@ the keying pipeline's). A grid file is written only for a table that came from (
 its entry, without fsync: a file torn by a crash fails its digest and is rebuilt. Grid files
 are bounded apart from the entries, by the same size bound.
 
+**Only the user's own files.** The cache is used only where its folder tree is the user's and
+no one else can write it, and each file is read only when the opened file is the user's and no
+one else can write it (:mod:`modperf.cache_trust`); otherwise the cache is off for the process,
+said once on stderr and by ``modperf cache info``. Entries are written as temporary files
+created exclusively without following a link (mode 0600) and renamed into place; folders are
+made 0700. A header is JSON and an array is read with ``numpy.frombuffer`` from a numeric
+dtype only (no object dtype, no pickle): an entry loads plain data.
+
 **Failures degrade.** A cache folder that cannot be created or written (read-only, full disk)
 or an entry that cannot be read means no cache for that table: the table is loaded from its
 file as without a cache, and :data:`notes` records why (``modperf cache info`` shows it).
@@ -69,6 +77,8 @@ from ._meta import __version__
 from .buckets import Agreement, BucketColumns, KeyedTable
 from .cache_keys import (
     CACHE_DIR_ENV,
+    CACHE_SUBFOLDERS,
+    GRIDS_FOLDER,
     NO_CACHE_ENV,
     PLAN_DEPENDS_SUFFIX,
     PLAN_SUFFIX,
@@ -77,7 +87,9 @@ from .cache_keys import (
     enabled,
     source_digest,
     source_identity,
+    switched_on,
 )
+from .cache_trust import folder_problem, make_folder, open_owned, read_owned
 from .jsonio import dumps
 
 if TYPE_CHECKING:
@@ -96,6 +108,9 @@ SUFFIX = ".mpk"
 _DIGEST = 32
 _ALIGN = 64
 _LEN = struct.Struct("<Q")
+#: The kinds of dtype an array of an entry or a grid file may have (booleans and numbers:
+#: plain bytes, never objects).
+_ARRAY_KINDS = frozenset("biuf")
 
 #: Why the cache was not used, most recent last (a short list: one line per distinct reason).
 notes: list[str] = []
@@ -266,6 +281,8 @@ def _unframe(buf: bytearray, magic: bytes) -> tuple[dict[str, Any], dict[str, np
     arrays: dict[str, np.ndarray] = {}
     for name, dtype, shape, offset, nbytes in header["arrays"]:
         dt = np.dtype(dtype)
+        if dt.kind not in _ARRAY_KINDS or dt.hasobject or dt.fields is not None or dt.subdtype is not None:
+            raise ValueError(f"array {name!r} of dtype {dtype!r}: not numbers")
         count = nbytes // dt.itemsize if dt.itemsize else 0
         arrays[name] = np.frombuffer(buf, dtype=dt, count=count, offset=data + offset).reshape(shape)
     return header, arrays
@@ -274,8 +291,11 @@ def _unframe(buf: bytearray, magic: bytes) -> tuple[dict[str, Any], dict[str, np
 def read_header(path: Path) -> dict[str, Any] | None:
     """An entry's header (its identity and layout) without reading its arrays; None when the
     file is not an entry."""
+    fd = open_owned(path)
+    if fd is None:
+        return None
     try:
-        with open(path, "rb") as f:
+        with open(fd, "rb") as f:
             start = f.read(len(MAGIC) + _LEN.size)
             if len(start) < len(MAGIC) + _LEN.size or start[:len(MAGIC)] != MAGIC:
                 return None
@@ -333,20 +353,6 @@ def decode(buf: bytearray, ref: TableRef) -> tuple[dict[str, Any], KeyedTable] |
 # --- the cache --------------------------------------------------------------------------------
 
 
-def _read_entry(path: Path) -> bytearray | None:
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            buf = bytearray(size)
-            got = f.readinto(buf)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        _note(f"cannot read cache entry {path}: {exc.strerror or exc}")
-        return None
-    return buf if got == size else None
-
-
 def load_keyed(ref: TableRef, models: ModelRegistry, build: Callable[[TableRef, ModelRegistry], KeyedTable],
                *, registry_fp: str | None = None, folder: Path | None = None) -> KeyedTable:
     """The keyed table of ``ref``: from its cache entry when that entry is whole and its
@@ -358,7 +364,7 @@ def load_keyed(ref: TableRef, models: ModelRegistry, build: Callable[[TableRef, 
     identity = {"format": FORMAT, "pipeline": pipeline_fingerprint(), "models": registry_fp, "source": source}
     folder = folder or cache_dir()
     entry = folder / _entry_name(source, registry_fp)
-    buf = _read_entry(entry)
+    buf = read_owned(entry)
     if buf is not None:
         try:
             found = decode(buf, ref)
@@ -386,8 +392,8 @@ def store(entry: Path, keyed: KeyedTable, identity: dict[str, Any]) -> bool:
             for p in pieces:
                 handle.write(p)
 
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        atomic.write_atomically(entry, write, overwrite=True)
+        make_folder(entry.parent)
+        atomic.write_atomically(entry, write, overwrite=True, mode=0o600)
         evict(entry.parent, keep=entry)
         return True
     except Exception as exc:  # a cache that cannot be written is no cache, never an error
@@ -438,7 +444,7 @@ def evict(folder: Path, keep: Path | None = None, bound: int | None = None, suff
 # --- grids ------------------------------------------------------------------------------------
 
 #: The folder of grid files inside the cache folder.
-GRIDS = "grids"
+GRIDS = GRIDS_FOLDER
 #: The format of a grid file; bumped when its layout changes (part of every grid's identity).
 GRID_FORMAT = 1
 GRID_MAGIC = b"MODPERF-GRID\x00\x00\x00\x01"
@@ -492,7 +498,7 @@ def load_grid(home: tuple[str, str], identity: dict[str, Any]) -> dict[str, np.n
     """The stored parts of the grid of ``identity`` (:meth:`modperf.interp.Grid.fill_parts`),
     or None when there is no whole grid file of exactly that identity."""
     path = _grid_path(home, identity)
-    buf = _read_entry(path)
+    buf = read_owned(path)
     if buf is None:
         return None
     try:
@@ -510,25 +516,15 @@ def store_grid(home: tuple[str, str], identity: dict[str, Any], parts: dict[str,
     """Write one grid file (a temporary file renamed into place; no fsync: a torn file fails
     its digest); False (with a note) when it cannot be written."""
     path = _grid_path(home, identity)
-    temp = None
     try:
         pieces = encode_grid(identity, parts)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(atomic._temp_prefix(path) + os.urandom(6).hex() + atomic.TMP_SUFFIX)
-        with open(temp, "xb") as handle:
-            for p in pieces:
-                handle.write(p)
-        os.replace(temp, path)
-        temp = None
+        make_folder(path.parent)
+        atomic.replace_unsynced(path, pieces)
         evict(path.parent, keep=path, suffix=GRID_SUFFIX)
         return True
     except Exception as exc:  # a cache that cannot be written is no cache, never an error
         _note(f"grid not written ({path.parent}): {exc}")
         return False
-    finally:
-        if temp is not None:
-            with contextlib.suppress(OSError):
-                temp.unlink()
 
 
 # --- info and clear ---------------------------------------------------------------------------
@@ -564,6 +560,22 @@ class CacheInfo:
     #: The persisted query plans (modperf.plans) and what they depend on: count and bytes.
     plans: int = 0
     plan_bytes: int = 0
+    #: What keeps the folder from being trusted (modperf.cache_trust), None where nothing
+    #: does; an untrusted folder is neither read nor written (nor listed here).
+    trust_problem: str | None = None
+
+    @property
+    def trusted(self) -> bool:
+        return self.trust_problem is None
+
+    @property
+    def off_reason(self) -> str | None:
+        """Why the cache is not used, None where it is: switched off, or not trusted."""
+        if self.enabled:
+            return None
+        if self.trust_problem is not None:
+            return self.trust_problem
+        return f"switched off ({NO_CACHE_ENV} or --no-cache)"
 
     @property
     def bytes(self) -> int:
@@ -571,6 +583,7 @@ class CacheInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return {"location": str(self.location), "exists": self.exists, "enabled": self.enabled,
+                "off_reason": self.off_reason, "trusted": self.trusted, "trust_problem": self.trust_problem,
                 "entries": [e.to_dict() for e in self.entries], "count": len(self.entries), "bytes": self.bytes,
                 "notes": list(self.notes), "catalogs": [r.to_dict() for r in self.catalogs],
                 "grids": {"count": self.grids, "bytes": self.grid_bytes},
@@ -586,10 +599,15 @@ def _entry_files(folder: Path, suffix: str = SUFFIX) -> Iterator[Path]:
 
 def info(folder: Path | None = None) -> CacheInfo:
     """What the cache holds: every entry with its size and the table file it keys, and the
-    catalog scans it remembers."""
+    catalog scans it remembers; whether it is used, and why not (a folder that cannot be
+    trusted is not looked into)."""
     from .scan_cache import records
 
     folder = folder or cache_dir()
+    problem = folder_problem(str(folder), CACHE_SUBFOLDERS)
+    on = switched_on() and problem is None
+    if problem is not None:
+        return CacheInfo(folder, folder.is_dir(), on, [], list(notes), trust_problem=problem)
     entries = []
     for path in _entry_files(folder):
         header = read_header(path)
@@ -612,7 +630,7 @@ def info(folder: Path | None = None) -> CacheInfo:
         with contextlib.suppress(OSError):
             plan_bytes += path.stat().st_size
             plans += path.name.endswith(PLAN_SUFFIX)
-    return CacheInfo(folder, folder.is_dir(), enabled(), entries, list(notes), records(folder), grids, grid_bytes,
+    return CacheInfo(folder, folder.is_dir(), on, entries, list(notes), records(folder), grids, grid_bytes,
                      plans, plan_bytes)
 
 
@@ -624,11 +642,16 @@ def _plan_files(folder: Path) -> list[Path]:
 
 def clear(folder: Path | None = None) -> CacheInfo:
     """Remove every entry, grid file and catalog scan (and leftover temporary files of
-    entries); returns what was removed."""
+    entries); returns what was removed. A folder that cannot be trusted is not touched
+    (WriteFailedError): whoever else can write it could have pointed a subfolder elsewhere."""
+    from .errors import WriteFailedError
     from .scan_cache import clear as clear_scans
 
     folder = folder or cache_dir()
     removed = info(folder)
+    if removed.trust_problem is not None:
+        raise WriteFailedError(f"the cache folder is not used, so nothing was removed: {removed.trust_problem}",
+                               file=folder, fix="fix the folder as said, then clear it, or remove it yourself")
     remove_files([e.file for e in removed.entries], "a cache entry", folder, SUFFIX)
     clear_scans(folder)
     remove_files(list(_entry_files(folder / GRIDS, GRID_SUFFIX)), "a cached grid", folder / GRIDS, GRID_SUFFIX)

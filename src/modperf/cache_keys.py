@@ -1,5 +1,6 @@
 """What the persisted caches are keyed by, in the standard library only: the cache folder and
-its switches, a source file's identity, a digest of code, and where the corpus package lies.
+its switches (and whether it can be trusted: :mod:`modperf.cache_trust`), a source file's
+identity, a digest of code, and where the corpus package lies.
 
 :mod:`modperf.cache` (keyed tables and grids), :mod:`modperf.scan_cache` (catalog scans) and
 :mod:`modperf.plans` (query plans) share these; the last runs in a process that has not
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
+
+from .cache_trust import folder_problem, say_off
 
 try:  # (hashlib's own import loads OpenSSL: ~2 ms of a cold process; blake2 is built in)
     from _blake2 import blake2b
@@ -34,6 +37,10 @@ EMBEDDED_CONFIGS = "aiconfigurator_core/model_configs"
 #: Where modperf.plans keeps query plans in the cache folder, and their files' suffixes (the
 #: plans, and what they depend on): modperf.cache lists and clears them.
 PLANS_FOLDER, PLAN_SUFFIX, PLAN_DEPENDS_SUFFIX = "plans", ".mpq", ".mpd"
+#: The folders of grid files (modperf.cache) and catalog scans (modperf.scan_cache) in it.
+GRIDS_FOLDER, CATALOGS_FOLDER = "grids", "catalogs"
+#: Every folder modperf keeps in the cache folder (each judged with it: modperf.cache_trust).
+CACHE_SUBFOLDERS = (PLANS_FOLDER, GRIDS_FOLDER, CATALOGS_FOLDER)
 
 
 def cache_folder() -> str:
@@ -48,12 +55,35 @@ def cache_folder() -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "modperf")
 
 
-def enabled(requested: bool | None = None) -> bool:
-    """Whether to use the cache: ``requested`` when given, else on unless ``MODPERF_NO_CACHE``
-    is set to something other than ``0`` or empty."""
+def switched_on(requested: bool | None = None) -> bool:
+    """Whether the cache is asked for: ``requested`` when given, else on unless
+    ``MODPERF_NO_CACHE`` is set to something other than ``0`` or empty."""
     if requested is not None:
         return requested
     return os.environ.get(NO_CACHE_ENV, "").strip() in ("", "0")
+
+
+def trust_problem() -> str | None:
+    """What keeps the cache folder from being trusted (:mod:`modperf.cache_trust`: owned by
+    the user, not writable by others, and so every folder above it), or None."""
+    return folder_problem(cache_folder(), CACHE_SUBFOLDERS)
+
+
+def usable_folder() -> str | None:
+    """The cache folder where it can be trusted; else None, said once on stderr
+    (``cache off: <folder> is writable by others (fix: ...)``)."""
+    folder = cache_folder()
+    problem = folder_problem(folder, CACHE_SUBFOLDERS)
+    if problem is None:
+        return folder
+    say_off(problem)
+    return None
+
+
+def enabled(requested: bool | None = None) -> bool:
+    """Whether to use the cache: it is switched on (:func:`switched_on`) and its folder can be
+    trusted (:func:`usable_folder`, which says once on stderr why not)."""
+    return switched_on(requested) and usable_folder() is not None
 
 
 def source_digest(prefix: str, files: Sequence[str | os.PathLike[str]]) -> str:
@@ -118,10 +148,12 @@ def source_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return {"path": os.path.realpath(path), "size": size, "mtime_ns": st.st_mtime_ns, "content": h.hexdigest()}
 
 
-def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any]) -> bool:
-    """Whether a scan of ``root`` now would depend on the same folders and sidecars: every
-    folder (relative to the root) stats the same (device, inode, mode, ``mtime_ns``,
-    ``ctime_ns``) and every ``reuse.yaml`` holds bytes of the same digest
+def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any], tables: Sequence[Any] = ()) -> bool:
+    """Whether a scan of ``root`` now would depend on the same folders, sidecars and table
+    contents: every folder (relative to the root) stats the same (device, inode, mode,
+    ``mtime_ns``, ``ctime_ns``), every ``reuse.yaml`` holds bytes of the same digest, and every
+    table file whose rows the scan read (a library table in a framework folder: the release it
+    records) has the same size, ``mtime_ns`` and footer digest (:func:`source_identity`)
     (:mod:`modperf.scan_cache`'s rule, which :mod:`modperf.plans` keeps too)."""
     join = os.path.join
     try:
@@ -133,9 +165,19 @@ def scan_unchanged(root: str, folders: Sequence[Any], sidecars: Sequence[Any]) -
             with open(join(root, rel), "rb") as f:
                 if content_digest(f.read()) != digest:
                     return False
+        for rel, key in tables:
+            if table_key(join(root, rel)) != list(key):
+                return False
     except (OSError, TypeError, ValueError):
         return False
     return True
+
+
+def table_key(path: str) -> list[Any] | None:
+    """[size, mtime_ns, content digest] of a table file (:func:`source_identity`); None when it
+    cannot be read."""
+    identity = source_identity(path)
+    return None if identity is None else [identity["size"], identity["mtime_ns"], identity["content"]]
 
 
 _BASE: list[str | None] = []
@@ -161,6 +203,8 @@ def distribution_base() -> str | None:
     return found
 
 
-__all__ = ["CACHE_DIR_ENV", "DATA_PACKAGE", "DATA_ROOT_ENV", "EMBEDDED_CONFIGS", "EMBEDDED_DATA", "EMBEDDED_SYSTEMS",
-           "MODEL_CONFIGS_ENV", "NO_CACHE_ENV", "blake2b", "cache_folder", "config_folders", "content_digest",
-           "distribution_base", "enabled", "is_digits", "scan_unchanged", "source_digest", "source_identity"]
+__all__ = ["CACHE_DIR_ENV", "CACHE_SUBFOLDERS", "CATALOGS_FOLDER", "DATA_PACKAGE", "DATA_ROOT_ENV", "EMBEDDED_CONFIGS",
+           "EMBEDDED_DATA", "EMBEDDED_SYSTEMS", "GRIDS_FOLDER", "MODEL_CONFIGS_ENV", "NO_CACHE_ENV", "blake2b",
+           "cache_folder", "config_folders", "content_digest", "distribution_base", "enabled", "is_digits",
+           "scan_unchanged", "source_digest", "source_identity", "switched_on", "table_key", "trust_problem",
+           "usable_folder"]

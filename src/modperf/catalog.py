@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,6 +29,7 @@ from .cache_keys import (
     distribution_base,
 )
 from .errors import DataRootError, UnknownTableError
+from .footer import constant_value
 from .limits import MAX_CONFIG_BYTES
 
 PARQUET_SUFFIX = "_perf.parquet"
@@ -123,6 +124,64 @@ class Reuse:
     approved_by: str | None = None
 
 
+#: Tables versioned by a collective library's release, not by a framework's: each lives in
+#: ``{system}/comm/{library}/{release}/`` whatever framework image ran the benchmark (the stem is
+#: the library's name; modperf.families.collective declares them, and a test keeps the two equal).
+LIBRARY_TABLES = frozenset({"nccl", "oneccl"})
+#: The family folder of the library tables.
+LIBRARY_FAMILY_DIR = "comm"
+#: The column in which a table's rows record the release that ran them.
+RELEASE_COLUMN = "version"
+
+
+def releases_of(values: Iterable[Any]) -> tuple[str, ...]:
+    """The distinct releases a table's ``version`` values record, sorted (a missing value as
+    ``'null'``: rows that record no release)."""
+    return tuple(sorted({"null" if v is None else str(v) for v in values}))
+
+
+def single_release(recorded: Sequence[str]) -> str | None:
+    """The one release a library table's rows record, or None where they record none or
+    several (or a row records none): such a table cannot be served by a release's slot."""
+    return recorded[0] if len(recorded) == 1 and recorded[0] != "null" else None
+
+
+@dataclass(frozen=True)
+class Misplaced:
+    """A collective library's table found outside ``{system}/comm/{library}/{release}/``, and
+    what the catalog made of it (docs/families.md, "Library tables filed in a framework folder").
+
+    Its rows record their release (``recorded``). With exactly one, it is read as that
+    release's table: served in the slot (system, library, release) when nothing else claims it
+    (``served_as``), otherwise not served: the slot has its own file (``held_by``: that file
+    answers, nothing is merged) or other misplaced files record the same release (``rivals``:
+    none of them is chosen)."""
+
+    file: str  # the file, where it lies
+    folder: str  # its version folder: {system}/{family}/{backend}/{version}
+    library: str
+    recorded: tuple[str, ...]  # releases its rows record (its version column); () when unreadable
+    target: str  # the folder it belongs in: {system}/comm/{library}/{release} (<release> when unknown)
+    served_as: str | None = None  # the slot it answers: {system}/{library}/{release}
+    held_by: str | None = None  # the file that answers that slot instead
+    rivals: tuple[str, ...] = ()  # other misplaced files recording the same release
+
+    @property
+    def release(self) -> str | None:
+        return single_release(self.recorded)
+
+    @property
+    def note(self) -> str:
+        """What every answer served from the file says."""
+        return (f"served from {self.file}, filed in the framework folder {self.folder}/: read as {self.library} "
+                f"release {self.release} (the release its rows record); it belongs in {self.target}/")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "folder": self.folder, "library": self.library,
+                "recorded_versions": list(self.recorded), "belongs_in": self.target, "served_as": self.served_as,
+                "held_by": self.held_by, "rivals": list(self.rivals)}
+
+
 @dataclass(frozen=True)
 class TableRef:
     """One table as the catalog sees it.
@@ -130,6 +189,8 @@ class TableRef:
     ``path`` is the file that answers for (system, backend, version, table). For a table that
     ``reuse.yaml`` declares reused, ``path`` is the donor's file and ``reuse`` says so.
     ``shadowed`` is set on a physical file that a reuse declaration in its own folder overrides.
+    ``misplaced`` is set on a library table found in a framework folder: on its physical file
+    (where it lies) and on the slot of the release its rows record, where it is served there.
     """
 
     table: str
@@ -140,6 +201,7 @@ class TableRef:
     version: str | None = None
     reuse: Reuse | None = None
     shadowed: bool = False
+    misplaced: Misplaced | None = None
 
     @property
     def provenance(self) -> str | None:
@@ -182,6 +244,7 @@ class TableRef:
             "provenance": self.provenance,
             "status": self.status,
             "shadowed_by_reuse": self.shadowed,
+            "misplaced": self.misplaced.to_dict() if self.misplaced is not None else None,
         }
 
 
@@ -200,6 +263,10 @@ class ScanWatch(Protocol):
     def untrusted(self, path: Path) -> None:
         """What the scan made of ``path`` depends on more than its folder's listing (a symbolic
         link, a temporary file of a write that may still be running)."""
+
+    def table(self, path: Path) -> None:
+        """The rows of table file ``path`` are about to be read (the release a library table in
+        a framework folder records): what the scan made of it depends on the file's content."""
 
 
 def _read_yaml(path: Path, watch: ScanWatch | None = None) -> tuple[dict[str, Any], E.ModperfError | None]:
@@ -338,6 +405,8 @@ class VersionFolder:
     version: str
     files: dict[str, Path] = field(default_factory=dict)
     reuse: dict[str, Reuse] = field(default_factory=dict)
+    #: Per library table filed in this (framework) folder: the releases its rows record.
+    releases: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def scan_folders(root: Path, problems: list[E.ModperfError], watch: ScanWatch | None = None) -> Iterator[VersionFolder]:
@@ -354,7 +423,38 @@ def scan_folders(root: Path, problems: list[E.ModperfError], watch: ScanWatch | 
                         except OSError as exc:
                             problems.append(_cannot_inspect(entry, exc))
                     _read_reuse(folder, version / "reuse.yaml", problems, watch)
+                    for stem, path in folder.files.items():
+                        if stem in LIBRARY_TABLES and folder.backend != stem:
+                            if watch is not None:
+                                watch.table(path)
+                            folder.releases[stem] = _read_releases(path)
                     yield folder
+
+
+def _read_releases(path: Path) -> tuple[str, ...]:
+    """The releases a table file's rows record (:func:`releases_of`); () when it has no
+    version column or cannot be read (loading it reports why). Where the parquet footer's
+    statistics show one release on every row (the usual case), no more is read: a scan does not
+    import pyarrow for it (:mod:`modperf.footer`)."""
+    only = constant_value(path, RELEASE_COLUMN)
+    if only is not None:
+        return releases_of([only])
+    from .reader import read_table  # on use: a footer that does not tell (several releases, a CSV)
+
+    try:
+        table = read_table(path, columns=[RELEASE_COLUMN])
+    except E.UnreadableTableError:
+        return ()
+    if RELEASE_COLUMN not in table.column_names:
+        return ()
+    return releases_of(table.column(RELEASE_COLUMN).to_pylist())
+
+
+def _misplaced(path: Path, system: str, family_dir: str, backend: str, version: str, stem: str,
+               recorded: tuple[str, ...]) -> Misplaced:
+    release = single_release(recorded)
+    return Misplaced(str(path), f"{system}/{family_dir}/{backend}/{version}", stem, recorded,
+                     f"{system}/{LIBRARY_FAMILY_DIR}/{stem}/{release or '<release>'}")
 
 
 def _add_entry(folder: VersionFolder, entry: Path, root: Path, problems: list[E.ModperfError],
@@ -436,18 +536,27 @@ class Catalog:
     @classmethod
     def of_folders(cls, root_path: Path, folders: list[VersionFolder], problems: list[E.ModperfError]) -> Catalog:
         """The catalog of the version folders a scan found (in the scan's order): files, the
-        slots reuse declarations resolve, and a problem for each declaration without a donor."""
+        slots reuse declarations resolve, and a problem for each declaration without a donor.
+        A library table filed in a framework folder whose rows record one release is served
+        in that release's slot where nothing else claims it (:class:`Misplaced`); one whose
+        rows record none or several stays a slot where it lies, and loading it says why."""
         by_key = {(f.system, f.family_dir, f.backend, f.version): f for f in folders}
         files: list[TableRef] = []
         slots: list[TableRef] = []
+        claims: dict[tuple[Any, ...], list[int]] = {}  # release slot -> indexes in files
         for folder in folders:
             for stem, path in sorted(folder.files.items()):
+                recorded = folder.releases.get(stem)
+                misplaced = None if recorded is None else _misplaced(
+                    path, folder.system, folder.family_dir, folder.backend, folder.version, stem, recorded)
                 ref = TableRef(
                     stem, path, folder.system, folder.family_dir, folder.backend, folder.version,
-                    shadowed=stem in folder.reuse,
+                    shadowed=stem in folder.reuse, misplaced=misplaced,
                 )
                 files.append(ref)
-                if stem not in folder.reuse:
+                if misplaced is not None and misplaced.release is not None and stem not in folder.reuse:
+                    claims.setdefault((folder.system, stem, misplaced.release, stem), []).append(len(files) - 1)
+                elif stem not in folder.reuse:
                     slots.append(ref)
             for stem, reuse in sorted(folder.reuse.items()):
                 donor = by_key.get((folder.system, folder.family_dir, folder.backend, reuse.from_version))
@@ -462,6 +571,22 @@ class Catalog:
                         folder.version, reuse=reuse,
                     )
                 )
+        held = {r.slot: r for r in slots}
+        for slot, claimants in claims.items():
+            holder = held.get(slot)
+            for i in claimants:
+                ref = files[i]
+                assert ref.misplaced is not None
+                if holder is not None:
+                    placed = replace(ref.misplaced, held_by=str(holder.path))
+                elif len(claimants) > 1:
+                    placed = replace(ref.misplaced, rivals=tuple(str(files[j].path) for j in claimants if j != i))
+                else:
+                    system, library, release, _ = slot
+                    placed = replace(ref.misplaced, served_as=f"{system}/{library}/{release}")
+                    slots.append(TableRef(ref.table, ref.path, system, LIBRARY_FAMILY_DIR, library, release,
+                                          misplaced=placed))
+                files[i] = replace(ref, misplaced=placed)
         return cls(root_path, files, slots, problems)
 
     def select(
@@ -486,6 +611,31 @@ class Catalog:
             and (wanted is None or r.table in wanted)
         ]
 
+    def refuse_unknown(self, *, system: str | None = None, backend: str | None = None,
+                       version: str | None = None, table: str | None = None) -> None:
+        """An UnknownTableError where a filter names a system, a backend (of that system), a
+        version (of those) or a table (of those) that nothing under the root has: a filter matching nothing is a
+        typo, never an empty answer. The fix names the nearest names (:func:`suggest`)."""
+        from .versions import version_key
+
+        refs = [*self.files, *self.slots]
+        given: dict[str, str] = {}
+        for name, value in (("system", system), ("backend", backend), ("version", version), ("table", table)):
+            if value is None:
+                continue
+            known = {str(getattr(r, name)) for r in refs if getattr(r, name) is not None}
+            if value not in known:
+                near = suggest(value, known)
+                within = "".join(f" {k}={v}" for k, v in given.items())
+                listed = sorted(known, key=version_key) if name == "version" else sorted(known)
+                raise E.UnknownTableError(
+                    f"no {name} {E.quote(value)} under {self.root}" + (f" for{within}" if within else ""),
+                    values={**given, name: value},
+                    fix=(f"did you mean {name} {', '.join(near)}? " if near else "")
+                    + f"{name}s: {', '.join(listed[:16])}" + (" ..." if len(listed) > 16 else ""))
+            given[name] = value
+            refs = [r for r in refs if getattr(r, name) == value]
+
     def slot(self, system: str, backend: str, version: str, table: str) -> TableRef | None:
         # an index by slot (the first ref of each, as a scan would find), rebuilt when the list
         # of slots is replaced or changes length: every query asks, so a scan of ~600 refs
@@ -498,6 +648,14 @@ class Catalog:
             index = (self.slots, len(self.slots), by_slot)
             self.__dict__["_slot_index"] = index
         return index[2].get((system, backend, version, table))
+
+
+def suggest(value: str, known: Iterable[str], count: int = 3) -> list[str]:
+    """The known names a mistyped ``value`` probably meant (close spellings, nearest first):
+    every "did you mean" about a system, backend, version or table."""
+    import difflib  # on use: only an unknown name needs suggestions
+
+    return difflib.get_close_matches(str(value), sorted(set(known)), n=count)
 
 
 def _walk_tables(folder: Path, problems: list[E.ModperfError]) -> list[Path]:
@@ -543,6 +701,7 @@ def refs_for_paths(paths: Iterable[str | os.PathLike[str]],
     """
     collected: list[E.ModperfError] = [] if problems is None else problems
     refs: list[TableRef] = []
+    seen: set[str] = set()
     for raw in paths:
         path = Path(raw).expanduser()
         try:
@@ -572,15 +731,41 @@ def refs_for_paths(paths: Iterable[str | os.PathLike[str]],
         else:
             raise UnknownTableError("no such file or folder", file=path, fix="check the path")
         for p in candidates:
+            # a file named twice (itself and inside a folder given too, or through a link) is one
+            # file: checked, counted and migrated once
+            identity = os.path.realpath(p)
+            if identity in seen:
+                continue
+            seen.add(identity)
             stem = table_stem(p)
             assert stem is not None
             layout = _layout_of(p, path if path.is_dir() else None)
-            refs.append(TableRef(stem, p, *layout) if layout else TableRef(stem, p))
+            ref = TableRef(stem, p, *layout) if layout else TableRef(stem, p)
+            refs.append(_placed_alone(ref))
     if problems is None:
         blocking = [p for p in collected if not isinstance(p, E.StaleTempFileError)]
         if blocking:
             raise blocking[0]
     return refs
+
+
+def _placed_alone(ref: TableRef) -> TableRef:
+    """A library table named on the command line in a framework folder, with the release its
+    rows record and whether that release's folder beside it already holds the table (a catalog
+    scan of the whole data root decides the same, and also sees other misplaced claimants)."""
+    if ref.table not in LIBRARY_TABLES or ref.backend is None or ref.backend == ref.table:
+        return ref
+    assert ref.system is not None and ref.family_dir is not None and ref.version is not None
+    misplaced = _misplaced(ref.path, ref.system, ref.family_dir, ref.backend, ref.version, ref.table,
+                           _read_releases(ref.path))
+    release = misplaced.release
+    if release is not None:
+        folder = ref.path.parents[3] / LIBRARY_FAMILY_DIR / ref.table / release
+        holder = next((f for f in (folder / (ref.table + PARQUET_SUFFIX), folder / (ref.table + CSV_SUFFIX))
+                       if f.is_file()), None)
+        misplaced = (replace(misplaced, held_by=str(holder)) if holder is not None
+                     else replace(misplaced, served_as=f"{ref.system}/{ref.table}/{release}"))
+    return replace(ref, misplaced=misplaced)
 
 
 def _layout_of(file: Path, searched: Path | None) -> tuple[str, str, str, str] | None:

@@ -1,8 +1,12 @@
 """``modperf check``: load every declared table with every guard and report per family.
 
-Failures are collected, never short-circuited: one bad file does not hide another, and one
-file reports all of its problems. With ``quality`` the same load also feeds the plausibility
-checks (:mod:`modperf.quality`): every file is read and validated once.
+Findings are collected, never short-circuited: one bad file does not hide another, and one
+file reports all of its problems. Each finding is a **failure** (data that would be read
+wrongly or not at all: the report is not ok, exit 1) or a **warning** (readable and
+unambiguous, but out of place or unusual: listed with its fix, exit 0); its kind decides which
+(:attr:`modperf.errors.ModperfError.severity`), and ``strict`` fails on warnings too. With
+``quality`` the same load also feeds the plausibility checks (:mod:`modperf.quality`): every
+file is read and validated once.
 
 A whole-corpus check (no quality) loads its files in forked worker processes where the
 platform forks: loading a table is mostly many small numpy calls that hold the GIL, so threads
@@ -17,13 +21,15 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import errors as E
 from . import limits
-from .catalog import TableRef
+from .catalog import LIBRARY_FAMILY_DIR, TableRef
 from .families import family_of, registry
 from .loader import Loaded, Scope, Selection, load_groups, load_many, load_one
+from .models import ModelRegistry
 
 if TYPE_CHECKING:  # the plausibility checks load with --quality only
     from .quality import QualityReport, Thresholds
@@ -38,6 +44,7 @@ class FileResult:
     ref: TableRef
     family: str | None
     failures: list[E.ModperfError]
+    warnings: list[E.ModperfError] = field(default_factory=list)
     rows: int = 0  # rows of the file as stored (0 when it failed)
     points: int = 0
     buckets: int = 0
@@ -78,6 +85,7 @@ class FileResult:
             "alias_duplicate_points": self.alias_duplicate_points,
             "agreement": self.agreement,
             "failures": [f.to_dict() for f in self.failures],
+            "warnings": [w.to_dict() for w in self.warnings],
         }
 
 
@@ -101,6 +109,7 @@ class FamilySummary:
     duplicates_merged: int = 0
     alias_duplicate_points: int = 0
     failures: int = 0
+    warnings: int = 0
     #: Per file where different natives measured the same local key (local-only tier).
     agreement: list[dict[str, Any]] = field(default_factory=list)
 
@@ -108,6 +117,7 @@ class FamilySummary:
         self.files += 1
         self.files_failed += int(not fr.ok)
         self.failures += len(fr.failures)
+        self.warnings += len(fr.warnings)
         self.rows += fr.rows
         self.points += fr.points
         self.buckets += fr.buckets
@@ -125,13 +135,14 @@ class FamilySummary:
             "points": self.points,
             "buckets": self.buckets, "natives": sorted(self.natives), "models": sorted(self.models),
             "duplicates_merged": self.duplicates_merged, "alias_duplicate_points": self.alias_duplicate_points,
-            "failures": self.failures, "agreement": self.agreement,
+            "failures": self.failures, "warnings": self.warnings, "agreement": self.agreement,
         }
 
 
 @dataclass
 class CheckReport:
-    """Every file's result, the failures not tied to one file, and the families checked."""
+    """Every file's result, the failures not tied to one file, and the families checked.
+    ``strict``: warnings count as failures (``check --strict``)."""
 
     files: list[FileResult]
     families: dict[str, FamilySummary]
@@ -139,10 +150,21 @@ class CheckReport:
     skipped: int  # table files found that no family declares
     seconds: float
     quality: QualityReport | None = None
+    strict: bool = False
 
     @property
     def failures(self) -> list[E.ModperfError]:
-        return [*self.problems, *(f for fr in self.files for f in fr.failures)]
+        """Every failure, and under ``strict`` every warning too."""
+        found = [*self.problems, *(f for fr in self.files for f in fr.failures)]
+        return [*found, *self._warnings()] if self.strict else found
+
+    @property
+    def warnings(self) -> list[E.ModperfError]:
+        """Every warning (none under ``strict``: they are failures there)."""
+        return [] if self.strict else self._warnings()
+
+    def _warnings(self) -> list[E.ModperfError]:
+        return [w for fr in self.files for w in fr.warnings]
 
     @property
     def ok(self) -> bool:
@@ -155,10 +177,12 @@ class CheckReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "strict": self.strict,
             "files_checked": len(self.files),
-            "files_failed": sum(not fr.ok for fr in self.files),
+            "files_failed": sum(bool(fr.failures or (self.strict and fr.warnings)) for fr in self.files),
             "rows": self.rows,
             "failures": len(self.failures),
+            "warnings": len(self.warnings),
             "skipped_undeclared": self.skipped,
             "seconds": round(self.seconds, 3),
             "families": {k: v.to_dict() for k, v in self.families.items()},
@@ -179,10 +203,12 @@ def check(
     quality: Thresholds | None = None,
     quality_examples: int = 10,
     scope: Scope | None = None,
+    strict: bool = False,
 ) -> CheckReport:
     """Load every declared table under ``data_root`` (or the given files/folders) with
-    every guard; with ``quality``, assess the loaded tables too. Raises only for usage errors
-    (bad root, unknown table); data problems are in the report."""
+    every guard; with ``quality``, assess the loaded tables too; with ``strict``, warnings
+    count as failures. Raises only for usage errors (bad root, unknown table); data problems
+    are in the report."""
     start = time.perf_counter()
     if quality is not None:
         quality.validate()
@@ -210,13 +236,77 @@ def check(
         pairs = load_groups(selection, group_key, each, workers=workers, on_progress=on_progress)
         results = [fr for fr, _ in pairs]
         quality_report = QualityReport(quality, sort_files([fq for _, fq in pairs]), time.perf_counter() - q_start)
+    registry_ = None
+    for fr in results:
+        if fr.ref.misplaced is not None and fr.ok:
+            registry_ = registry_ or selection.scope.registry()
+            placement_finding(fr, registry_)
     for fr in results:
         if fr.family is not None:
             families[fr.family].add(fr)
     used = {fr.family for fr in results}
     families = {k: v for k, v in families.items() if k in used or not scope.paths}
     return CheckReport(results, families, selection.problems, selection.skipped, time.perf_counter() - start,
-                       quality_report)
+                       quality_report, strict)
+
+
+def placement_finding(result: FileResult, registry: ModelRegistry) -> None:
+    """What a library table filed in a framework folder, which loaded (its rows record one
+    release), is: served as that release (a warning); not served because the release's own
+    file answers and holds every key it holds (a warning: a re-measurement, nothing merged);
+    not served while some of its data is read nowhere (a failure: its release's file lacks
+    some of its keys, or other misplaced files claim the same release)."""
+    ref = result.ref
+    placed = ref.misplaced
+    assert placed is not None and placed.release is not None
+    belongs = Path(placed.file).parents[3] / LIBRARY_FAMILY_DIR / placed.library / placed.release
+    head = (f"{placed.library} table filed in the {ref.backend} framework folder {placed.folder}/: its rows record "
+            f"release {placed.release}")
+    values: dict[str, Any] = {"folder": f"{ref.backend}/{ref.version}", "recorded_versions": list(placed.recorded),
+                              "belongs_in": placed.target}
+    if placed.served_as is not None:
+        result.warnings.append(E.MisplacedTableError(
+            f"{head}, so it is served as {placed.served_as} (every answer from it names this file)", file=ref.path,
+            values={**values, "served_as": placed.served_as},
+            fix=f"move it where it belongs: mkdir -p {belongs} && mv {ref.path} {belongs}/"))
+        return
+    if placed.rivals:
+        result.failures.append(E.MisplacedUnservedError(
+            f"{head}, as {len(placed.rivals)} other misplaced file(s) do: none of them is served (which one answers "
+            "that release is not guessed)", file=ref.path, values={**values, "rivals": list(placed.rivals)},
+            fix=f"move the file to keep to {belongs}/ and delete or re-file the others"))
+        return
+    assert placed.held_by is not None
+    holder = load_one(TableRef(ref.table, Path(placed.held_by), ref.system, LIBRARY_FAMILY_DIR, placed.library,
+                               placed.release), registry)
+    mine = load_one(ref, registry).keyed
+    if holder.keyed is None or mine is None:
+        result.failures.append(E.MisplacedUnservedError(
+            f"{head}, whose own file {placed.held_by} answers that release but does not load: neither is served",
+            file=ref.path, values={**values, "held_by": placed.held_by},
+            fix=f"run `modperf check {placed.held_by}` and fix it, or replace it with this file: "
+                f"mv {ref.path} {placed.held_by}"))
+        return
+    held, here = holder.keyed.point_latencies(), mine.point_latencies()
+    shared = [k for k in here if k in held]
+    only_here = [k for k in here if k not in held]
+    ratios = sorted(here[k] / held[k] for k in shared if held[k] > 0)
+    median_ratio = round(ratios[(len(ratios) - 1) // 2], 4) if ratios else None
+    values.update(held_by=placed.held_by, shared_keys=len(shared), keys_only_here=len(only_here),
+                  median_ratio=median_ratio)
+    if only_here:
+        result.failures.append(E.MisplacedUnservedError(
+            f"{head}, whose own file answers that release: this file is not served, and {len(only_here)} of its "
+            f"{len(here)} keys are in no other file (read nowhere)", file=ref.path, values=values,
+            fix=f"merge its rows into {placed.held_by} (nothing is merged silently), or re-file it under the release "
+                "it measured"))
+        return
+    result.warnings.append(E.MisplacedTableError(
+        f"{head}, whose own file answers that release: this file is not served (it re-measures {len(shared)} of "
+        f"that file's keys and holds none that file lacks; median latency ratio, this file to that one: "
+        f"{median_ratio})", file=ref.path, values=values,
+        fix=f"keep one of the two: delete this one (rm {ref.path}), or put it in place of the other "
+            f"(mv {ref.path} {placed.held_by})"))
 
 
 #: A file's result as a worker sends it: the failures as (class, args, attributes).
@@ -345,4 +435,5 @@ def describe_family(name: str) -> dict[str, Any]:
     }
 
 
-__all__ = ["CheckReport", "FamilySummary", "FileResult", "check", "describe_family", "describe_guard", "family_of"]
+__all__ = ["CheckReport", "FamilySummary", "FileResult", "check", "describe_family", "describe_guard", "family_of",
+           "placement_finding"]

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import errors as E
-from .catalog import TableRef
+from .catalog import LIBRARY_FAMILY_DIR, RELEASE_COLUMN, TableRef, releases_of, single_release
 from .codes import combine, factorize, from_numpy, to_numpy
 from .families.base import (
     LATENCY,
@@ -138,14 +138,21 @@ def as_declared(table: pa.Table, spec: TableSpec, ref: TableRef
         return table, row_map, failures
 
     if spec.library is not None and ref.backend is not None and ref.backend != spec.library:
-        recorded = sorted(set(_strings(table.column("version")))) if "version" in table.column_names else []
-        failures.append(E.MisplacedTableError(
-            f"{ref.table} tables are versioned by the {spec.library} release (folder "
-            f"{{system}}/comm/{spec.library}/{{release}}/); this one sits in the {ref.backend} framework folder",
-            file=path, values={"folder": f"{ref.backend}/{ref.version}", "recorded_versions": recorded},
-            fix=f"move it to {ref.system}/comm/{spec.library}/<the release it measured>/ "
-                f"({', '.join(recorded) or 'see its collection log'}; merge with the file there if that folder "
-                "already has one), or delete it"))
+        # a library table in a framework folder is read as the one release its rows record (the
+        # catalog serves it in that release's slot, check warns); with none or several, no
+        # slot can serve it
+        recorded = (ref.misplaced.recorded if ref.misplaced is not None else
+                    releases_of(table.column(RELEASE_COLUMN).to_pylist()) if RELEASE_COLUMN in table.column_names
+                    else ())
+        if single_release(recorded) is None:
+            what = f"several releases ({', '.join(recorded)})" if len(recorded) > 1 else "no release"
+            failures.append(E.MisplacedUnservedError(
+                f"{ref.table} tables are versioned by the {spec.library} release (folder "
+                f"{{system}}/{LIBRARY_FAMILY_DIR}/{spec.library}/{{release}}/); this one sits in the {ref.backend} "
+                f"framework folder and its rows record {what}: no release's slot can serve it",
+                file=path, values={"folder": f"{ref.backend}/{ref.version}", "recorded_versions": list(recorded)},
+                fix=f"split it by release into {ref.system}/{LIBRARY_FAMILY_DIR}/{spec.library}/<release>/ (each "
+                    "part's rows recording that release in their version column), or delete it"))
     return table, row_map, failures
 
 

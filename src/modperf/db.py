@@ -83,6 +83,12 @@ class Database:
         return self._store
 
     @property
+    def plans(self) -> PlanStore | None:
+        """The persisted query plans this database answers from (modperf.plans); None with the
+        cache off or a data root or config folder that is not a plain folder."""
+        return self._plans
+
+    @property
     def root(self) -> Path:
         return self.catalog.root
 
@@ -147,12 +153,24 @@ class Database:
                 return found
         return self.queries.query(fields, quality=quality, diagnose=diagnose)
 
-    def query_many(self, /, **fields: Any) -> Latencies:
+    def query_many(self, /, *, kinds_as_str: bool = False, **fields: Any) -> Latencies:
         """Vectorised: numpy arrays for the numeric axes (batch_size, isl, step, num_tokens, and
         num_heads where it is the heads axis) of one table group, scalars for everything else.
         Returns latencies (NaN where refused) and kind codes (0 exact, 1 interpolated,
-        2 extrapolated, -1 refused); unpacks as ``latency_ms, kinds``."""
-        return self.queries.query_many(fields)
+        2 extrapolated, -1 refused: ``modperf.KINDS``), or with ``kinds_as_str`` their names;
+        unpacks as ``latency_ms, kinds``."""
+        found = self.queries.query_many(fields)
+        if kinds_as_str:
+            import dataclasses
+
+            import numpy as np
+
+            from .lattice import KINDS
+
+            # the names in code order, indexed by code + 1 (refused is -1)
+            names = np.array([KINDS[code] for code in sorted(KINDS)])
+            found = dataclasses.replace(found, kind=names[found.kind.astype(np.int64) - min(KINDS)])
+        return found
 
 
 def open(data_root: str | os.PathLike[str] | None = None,  # noqa: A001  (modperf.open, by design)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
+    from typing import Any
 
 #: How many row numbers a message lists before it summarises the rest as a count.
 ROWS_SHOWN = 5
@@ -95,6 +98,10 @@ class ModperfError(Exception):
     kind = "error"
     #: Process exit code the CLI uses when this error ends a command.
     exit_code = 1
+    #: What ``modperf check`` makes of this kind of finding: ``"failure"`` (data that would be
+    #: read wrongly or not at all: exit 1) or ``"warning"`` (readable and unambiguous, but out
+    #: of place or unusual: listed with its fix, exit 0; ``check --strict`` fails on it too).
+    severity = "failure"
 
     def __init__(
         self,
@@ -309,10 +316,20 @@ class ArchitectureMismatchError(TableError):
 
 
 class MisplacedTableError(TableError):
-    """A table found in a folder its family's versioning does not allow (a collective
-    library's table outside {system}/comm/{library}/{release}/)."""
+    """A collective library's table found outside {system}/comm/{library}/{release}/ whose rows
+    record one release: it is read as that release's table (served in its slot, or a
+    re-measurement of what that slot's own file holds). A warning: nothing is read wrongly."""
 
     kind = "misplaced_table"
+    severity = "warning"
+
+
+class MisplacedUnservedError(TableError):
+    """A collective library's table outside its library's folder that no slot can serve
+    without losing or guessing data: its rows record no release or several, another misplaced
+    file claims the same release, or it holds keys that the release's own file lacks."""
+
+    kind = "misplaced_unserved"
 
 
 class SystemSpecError(TableError):
@@ -512,6 +529,13 @@ class ShardError(QueryFieldError):
     """tp_size does not divide the native head count (or num_heads * tp_size != native)."""
 
     kind = "shard"
+
+
+class DeploymentFitError(UsageError):
+    """A deployment that cannot run: its weights, or one request's KV cache, exceed a GPU's
+    memory in one of its pools. The message gives the figures."""
+
+    kind = "does_not_fit"
 
 
 class NotCoveredError(ModperfError):

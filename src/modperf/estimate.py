@@ -44,10 +44,10 @@ from . import errors as E
 from . import limits
 from .deployment import divisors, local_heads, validate_tps
 from .families import registry as family_registry
-from .families.base import Family, Tier
+from .families.base import DTYPE_KEYS, Family, Tier
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, KIND_NAMES, REFUSED
 from .layers import AttentionLayer, LayerSchedule, layer_schedule
-from .resolve import layer_kinds
+from .resolve import SERVED_COLUMNS, layer_kinds, serve, served_note
 from .versions import version_key
 
 if TYPE_CHECKING:
@@ -183,6 +183,8 @@ class Estimate:
     notes: list[str]
     seconds: float = 0.0
     decode_rule: str = ""
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     @property
     def uncovered(self) -> list[tuple[AttentionLayer, int]]:
@@ -198,7 +200,7 @@ class Estimate:
             "model": self.model, "system": self.system, "backend": self.backend, "native_heads": self.native_heads,
             "isl": self.isl, "osl": self.osl, "batch": self.batch, "prefix": self.prefix,
             "decode_kv": self.decode_kv, "decode_rule": self.decode_rule, "complete": self.complete,
-            "dtypes": self.dtypes, "versions": self.versions,
+            "dtypes": self.dtypes, "served": self.served, "versions": self.versions,
             "layers": [{"label": layer.label, "name": layer.name, "count": n, "family": layer.family,
                         "covered": layer.covered, "note": layer.note} for layer, n in self.schedule.groups()],
             "not_included": [{"label": layer.label, "count": n, "reason": layer.note} for layer, n in self.uncovered],
@@ -226,6 +228,22 @@ def _slot_tables(db: Database, system: str, backend: str) -> dict[str, set[str]]
     for r in slots:
         by_version.setdefault(str(r.version), set()).add(r.table)
     return by_version
+
+
+def refuse_unknown_version(by_version: Mapping[str, set[str]], system: str, backend: str, version: str | None) -> None:
+    """An OptionValueError listing the versions ``system``/``backend`` holds, where ``version``
+    (a version the user named) is none of them: estimate and predict refuse it alike."""
+    if version is not None and version not in by_version:
+        raise E.OptionValueError(f"{system}/{backend} has no version {E.quote(version)}",
+                                 values={"version": version},
+                                 fix="versions: " + ", ".join(sorted(by_version, key=version_key)))
+
+
+def check_version(db: Database, system: str, backend: str, version: str | None) -> None:
+    """:func:`refuse_unknown_version` over the slots the database holds for system/backend (a
+    system/backend it holds nothing of is an UnknownTableError listing what it holds)."""
+    if version is not None:
+        refuse_unknown_version(_slot_tables(db, system, backend), system, backend, version)
 
 
 def _composes(layer: AttentionLayer, by_version: Mapping[str, set[str]], version: str | None, mla: str) -> bool:
@@ -293,6 +311,32 @@ def _choose_versions(db: Database, system: str, backend: str, version: str | Non
     notes.append("no single version holds every table; each table uses its newest version: "
                  + ", ".join(f"{t} {v}" for t, v in chosen.items()))
     return chosen
+
+
+def refuse_unpriced_dtypes(db: Database, system: str, backend: str, versions: Mapping[str, str],
+                           chosen: Mapping[str, str]) -> None:
+    """Nothing silently ignored: a dtype chosen for a key column that no table of the estimate
+    (``versions``: table -> version) keys is refused. The dense layers' and the experts' dtypes
+    name the dtype the weights are served in (modperf.resolve.SERVED_COLUMNS): any column of the
+    same part counts."""
+    if not chosen:
+        return
+    keyed: dict[str, set[str]] = {}
+    for t, v in versions.items():
+        try:
+            keyed[t] = set(db.table(system, backend, v, t).key_names)
+        except E.ModperfError:
+            continue  # a table that does not load prices nothing (its ops say why)
+    for column, value in chosen.items():
+        part = SERVED_COLUMNS.get(column)
+        columns = {c for c, p in SERVED_COLUMNS.items() if p == part} if part else {column}
+        if not any(columns & keys for keys in keyed.values()):
+            dtypes = sorted({c for keys in keyed.values() for c in keys if c in DTYPE_KEYS})
+            raise E.OptionValueError(
+                f"{column}={value}: no table this estimate prices ({', '.join(sorted(keyed))}) keys "
+                f"{' or '.join(sorted(columns))}, so the choice would change nothing",
+                values={"option": column, "value": value, "tables": sorted(keyed)},
+                fix=f"drop --{column.replace('_', '-')}; the dtypes these tables key: {', '.join(dtypes) or 'none'}")
 
 
 def _table_tier(table: str) -> Tier:
@@ -542,16 +586,27 @@ def estimate(
     if mla not in ("auto", "module", "composed"):
         raise E.UsageError(f"mla must be auto, module or composed, not {mla!r}", values={"mla": mla},
                            fix="auto composes MLA layers only where no module table exists")
-    chosen_dtypes = {k: v for k, v in (dtypes or {}).items() if v is not None}
+    chosen_dtypes = {k: str(v) for k, v in (dtypes or {}).items() if v is not None}
+    if "moe_dtype" in chosen_dtypes:
+        raise E.UsageError("moe_dtype applies to scope model only: the attention blocks hold no experts",
+                           values={"moe_dtype": chosen_dtypes["moe_dtype"], "scope": scope},
+                           fix="pass --scope model, or drop --moe-dtype")
     unknown = sorted(set(chosen_dtypes) - set(DTYPE_COLUMNS))
     if unknown:
         raise E.UsageError(f"unknown dtype option(s) {', '.join(unknown)}", values={"dtypes": unknown},
                            fix=f"dtype options are {', '.join(DTYPE_COLUMNS)}")
-    notes: list[str] = []
+    notes: list[str] = [config.resolution] if config.resolution else []
+    # the dense layers' dtype is the deployment's choice: the model served in it (modperf.resolve.serve)
+    config = serve(db.models, config, chosen_dtypes)
     by_version = _slot_tables(db, system, backend)
+    refuse_unknown_version(by_version, system, backend, version)
     composed = {layer for layer, _ in covered if _composes(layer, by_version, version, mla)}
     tables = _needed_tables(covered, composed)
     versions = _choose_versions(db, system, backend, version, tables, by_version, config.native_heads, notes)
+    refuse_unpriced_dtypes(db, system, backend, versions, chosen_dtypes)
+    served = served_note(config)
+    if served is not None:
+        notes.append(served)
     unknown_pins = sorted(set(kernel_sources or {}) - set(tables))
     if unknown_pins:
         raise E.OptionValueError(
@@ -560,7 +615,8 @@ def estimate(
     if not isinstance(config.get("hidden_size"), int):  # in its range where present (checked on reading)
         raise E.ModelConfigError(f"config of {model} has no hidden_size", file=config.path,
                                  fix="add hidden_size to the config")
-    est = _Estimator(db, config=config, system=system, backend=backend, versions=versions, dtypes=chosen_dtypes,
+    est = _Estimator(db, config=config, system=system, backend=backend, versions=versions,
+                     dtypes={k: v for k, v in chosen_dtypes.items() if k not in SERVED_COLUMNS},
                      kernel_sources=dict(kernel_sources or {}), allow_substitute=allow_substitute)
     kv = decode_kv if decode_kv is not None else isl + osl // 2
     decode_rule = (f"one decode step at kv length {kv} (decode_kv)" if decode_kv is not None
@@ -601,4 +657,5 @@ def estimate(
     for layer, n in uncovered:
         notes.append(f"not included: {n} {layer.label} layer(s) ({layer.note})")
     return Estimate(model, system, backend, config.native_heads, isl, osl, batch, prefix, kv, est.used_dtypes,
-                    versions, schedule, results, notes, time.perf_counter() - start, decode_rule)
+                    versions, schedule, results, notes, time.perf_counter() - start, decode_rule,
+                    config.dtypes_served())

@@ -57,17 +57,23 @@ def list_tables(
     problems: list[E.ModperfError] | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per (system, backend, version, table) slot, with what answers it, plus any
-    physical file that a reuse declaration shadows. The parts of the data root that could not
+    physical file that answers no slot (shadowed by a reuse declaration; a library table filed in
+    a framework folder that is not served). The parts of the data root that could not
     be read or trusted (``Catalog.problems``) are added to ``problems`` when given."""
     catalog = Catalog.scan(data_root)
+    catalog.refuse_unknown(system=system, backend=backend, version=version, table=table)
     slots = catalog.select(system=system, backend=backend, version=version, table=table, physical=False)
     if problems is not None:  # the same with and without --json: a malformed sidecar is listed either way
         problems.extend(catalog.problems)
         problems.extend(sidecar_problems((r.path.parent for r in slots), reuse=False))
-    shadowed = [r for r in catalog.select(system=system, backend=backend, version=version, table=table)
-                if r.shadowed]
+    # files that answer no slot, listed beside the slots: those a reuse declaration shadows, and
+    # library tables filed in a framework folder that are not served (their release's own file
+    # answers, or other files claim it)
+    unserved = [r for r in catalog.select(system=system, backend=backend, version=version, table=table)
+                if r.shadowed or (r.misplaced is not None and r.misplaced.release is not None
+                                  and r.misplaced.served_as is None)]
     out = []
-    for ref in sorted([*slots, *shadowed], key=lambda r: (r.system or "", r.backend or "", r.version or "",
+    for ref in sorted([*slots, *unserved], key=lambda r: (r.system or "", r.backend or "", r.version or "",
                                                          r.table, r.shadowed)):
         fam = family_of(ref.table)
         out.append({**ref.to_dict(), "family": fam.name if fam else None,

@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
 #: Kind codes of the vectorised API (and their names in answers).
 EXACT, INTERPOLATED, EXTRAPOLATED, REFUSED = 0, 1, 2, -1
 KIND_NAMES = {EXACT: "exact", INTERPOLATED: "interpolated", EXTRAPOLATED: "extrapolated"}
+#: Every kind code ``query_many`` returns -> its name (``modperf.KINDS``).
+KINDS = {**KIND_NAMES, REFUSED: "refused"}
 
 #: Cell states.
 MEASURED_CELL, INTERPOLATED_CELL, EXTRAPOLATED_CELL, UNCOVERED_CELL = 0, 1, 2, 3

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import cache as keyed_cache
 from . import errors as E
 from .buckets import KeyedTable
-from .catalog import Catalog, TableRef, refs_for_paths, sidecar_problems
+from .catalog import Catalog, TableRef, refs_for_paths, sidecar_problems, suggest
 from .families import declared_tables, family_of, model_head_axis_tables
 from .families import registry as family_registry
 from .families.base import Family
@@ -218,6 +218,7 @@ class Scope:
             return Selection(self, refs, None, found_problems + sidecar_problems(r.path.parent for r in refs),
                              skipped)
         catalog = Catalog.scan(self.data_root)
+        catalog.refuse_unknown(system=self.system, backend=self.backend, version=self.version)
         refs = catalog.select(system=self.system, backend=self.backend, version=self.version, tables=wanted,
                               physical=self.physical)
         problems = list(catalog.problems) + sidecar_problems((r.path.parent for r in refs), reuse=False)
@@ -327,8 +328,6 @@ class TableStore:
         return ref
 
     def unknown_slot(self, system: str, backend: str, version: str, table: str) -> E.ModperfError:
-        import difflib  # on use: only an unknown slot needs suggestions
-
         slots = self.catalog.slots
         values = {"table": table, "system": system, "backend": backend, "version": version}
         unreadable = [p for p in self.catalog.problems
@@ -340,8 +339,21 @@ class TableStore:
                 f"no {table} table for system={system} backend={backend} version={version} in the readable part "
                 f"of {self.catalog.root}; {len(unreadable)} part(s) could not be read (first: {first.detail}, "
                 f"{first.file})", values=values, fix=first.fix)
+        filed = next((r for r in self.catalog.files
+                      if r.misplaced is not None and r.slot == (system, backend, version, table)), None)
+        if filed is not None:  # a library table in that framework folder: say where it is served, or why not
+            assert filed.misplaced is not None
+            placed = filed.misplaced
+            where = (f"it is served as {placed.served_as} (the release its rows record)" if placed.served_as else
+                     f"its release's own file {placed.held_by} answers that release" if placed.held_by else
+                     "other misplaced files record the same release, so none is served")
+            return E.UnknownTableError(
+                f"no {table} table for system={system} backend={backend} version={version}: the {table} table "
+                f"filed in that folder is read as a {placed.library} release, and {where}", file=filed.path,
+                values=values,
+                fix=f"ask backend={placed.library} version={placed.release}, or run `modperf check {filed.path}`")
         if not any(r.table == table for r in slots):
-            near = difflib.get_close_matches(table, sorted({r.table for r in slots}), n=3)
+            near = suggest(table, {r.table for r in slots})
             return E.UnknownTableError(
                 f"no {table} table under {self.catalog.root}", values=values,
                 fix=(f"did you mean {', '.join(near)}? " if near else "") + "see `modperf ls --all`")
@@ -352,7 +364,7 @@ class TableStore:
         for name, known in (("system", {s for s, _, _ in have}), ("backend", {b for _, b, _ in have})):
             value = values[name]
             if value not in known:
-                near = difflib.get_close_matches(value, sorted(known), n=3)
+                near = suggest(value, known)
                 if near:
                     fix = f"did you mean {name} {', '.join(near)}? " + fix
         return E.UnknownTableError(f"no {table} table for system={system} backend={backend} version={version}",

@@ -16,6 +16,7 @@ query (kernels, distributions, dtypes), so a warm step costs a few dozen grid lo
 
 from __future__ import annotations
 
+import bisect
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
@@ -25,12 +26,21 @@ from typing import TYPE_CHECKING, Any
 from . import errors as E
 from . import limits
 from .deployment import divisors, local_kv_heads, validate_tps
-from .estimate import COMPOSED_MLA_TABLES, DTYPE_COLUMNS, GEMM_TABLE, _choose_versions, _composes, _slot_tables
+from .estimate import (
+    COMPOSED_MLA_TABLES,
+    DTYPE_COLUMNS,
+    GEMM_TABLE,
+    _choose_versions,
+    _composes,
+    _slot_tables,
+    refuse_unknown_version,
+    refuse_unpriced_dtypes,
+)
 from .families import registry as family_registry
 from .families.custom_allreduce import bus_factor
 from .layers import AttentionLayer, FfnLayer, ffn_schedule, layer_schedule
-from .resolve import layer_kinds
-from .roofline import GpuSpec, gpu_spec
+from .resolve import SERVED_COLUMNS, layer_kinds, serve, served_note
+from .roofline import GpuSpec, bytes_of, gpu_spec
 from .versions import version_key
 
 if TYPE_CHECKING:
@@ -61,6 +71,8 @@ MXFP4_KERNELS = ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")
 SPLIT_AXES: dict[str, tuple[str, ...]] = {"gemm": ("m", "n"), "moe": ("num_tokens",)}
 _MISS = (E.NotCoveredError, E.OutOfCoverageError, E.QueryFieldError, E.UnknownTableError)
 _AXES = frozenset({"m", "n", "k", "num_tokens", "batch_size", "isl", "step", "seq_len", "message_size"})
+#: How a step's notes name an MLA layer composed from its parts although module tables exist.
+COMPOSED_FALLBACK = "MLA composed from its parts where the module tables cannot answer"
 _SLOT_FIELDS = ("table", "system", "backend", "version", "model", "native_heads")
 
 
@@ -152,6 +164,11 @@ class OpCost:
     fields: dict[str, Any] = field(default_factory=dict)  # the shape asked (and the key resolved)
     reason: str | None = None  # why not covered
     backend: str | None = None  # the slot's backend (a collective library for nccl / oneccl)
+    #: What graph replay removes per occurrence: the table's per-call floor above the GPU's own
+    #: (``graphed`` steps only; docs/serving.md, "What a served step pays").
+    isolation_ms: float | None = None
+    #: Set where the table answered from another native head count (``allow_substitute``).
+    substitution: str | None = None
 
     @property
     def total_ms(self) -> float | None:
@@ -160,7 +177,8 @@ class OpCost:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "component": self.component, "table": self.table, "backend": self.backend,
                 "version": self.version, "kind": self.kind, "ms": self.ms, "count": self.count,
-                "total_ms": self.total_ms, "fields": self.fields, "reason": self.reason}
+                "total_ms": self.total_ms, "fields": self.fields, "reason": self.reason,
+                "isolation_ms": self.isolation_ms, "substitution": self.substitution}
 
 
 @dataclass
@@ -177,6 +195,11 @@ class StepCost:
     ops: list[OpCost]
     versions: dict[str, str]
     notes: list[str]
+    #: Of ``notes``, those saying that a table was served from the framework folder it was filed
+    #: in (a misplaced library table): what every answer priced with it carries (predict).
+    served_from: list[str] = field(default_factory=list)
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -205,7 +228,7 @@ class StepCost:
             "decode": None if self.decode is None else vars(self.decode).copy(),
             "total_ms": self.total_ms, "complete": self.complete, "components": self.components,
             "ops": [op.to_dict() for op in self.ops], "not_covered": self.not_covered,
-            "versions": dict(self.versions), "notes": list(self.notes),
+            "versions": dict(self.versions), "notes": list(self.notes), "served": self.served,
         }
 
 
@@ -306,7 +329,9 @@ def _nearest(order: list[str], holding: list[str], anchor: str) -> str:
 
 def _plan(db: Database, model: str, system: str, backend: str, parallel: Parallel, version: str | None,
           dtypes: Mapping[str, str]) -> _Plan:
-    cfg = db.models.get(model)
+    # the weights' dtypes are the deployment's choice: the model served in them (modperf.resolve.serve)
+    asked = db.models.get(model)
+    cfg = serve(db.models, asked, dtypes)
     schedule = layer_schedule(cfg)
     attention = _groups(schedule.layers)
     ffn = _groups(ffn_schedule(cfg))
@@ -328,13 +353,16 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
                 _shard("shared expert width", block.shared_inter, tp, "tp", model)
     by_version = _slot_tables(db, system, backend)
     order = sorted(by_version, key=version_key)
-    if version is not None and version not in by_version:
-        raise E.OptionValueError(f"{system}/{backend} has no version {E.quote(version)}",
-                                 values={"version": version}, fix="versions: " + ", ".join(order))
-    notes: list[str] = []
+    refuse_unknown_version(by_version, system, backend, version)
+    notes: list[str] = [asked.resolution] if asked.resolution else []
     covered = [(layer, n) for layer, n, _ in attention if layer.covered]
-    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")
-                or _compose_instead(db, system, backend, layer, by_version, version)}
+    composed = {layer for layer, _ in covered if _composes(layer, by_version, version, "auto")}
+    instead = {layer for layer, _ in covered if layer not in composed
+               and _compose_instead(db, system, backend, layer, by_version, version)}
+    if instead:
+        notes.append(f"{COMPOSED_FALLBACK}: {', '.join(sorted({layer.label for layer in instead}))} (the module "
+                     "tables hold no bucket of the native head count, or not beside the parts)")
+    composed |= instead
     attention_tables: list[str] = []
     for layer, _ in covered:
         for t in (COMPOSED_MLA_TABLES if layer in composed else (layer.context_table, layer.generation_table)):
@@ -373,8 +401,12 @@ def _plan(db: Database, model: str, system: str, backend: str, parallel: Paralle
     nccl = None
     if nccl_versions:
         nccl = gpu.nccl_version if gpu.nccl_version in nccl_versions else nccl_versions[-1]
+    refuse_unpriced_dtypes(db, system, backend, versions, dtypes)
+    served = served_note(cfg)
+    if served is not None:
+        notes.append(served)
     return _Plan(db, cfg, system, backend, parallel, gpu, attention, ffn, len(schedule.layers), composed, versions,
-                 missing, nccl, dict(dtypes), notes, hidden, vocab)
+                 missing, nccl, {k: v for k, v in dtypes.items() if k not in SERVED_COLUMNS}, notes, hidden, vocab)
 
 
 def _compose_instead(db: Database, system: str, backend: str, layer: AttentionLayer,
@@ -407,7 +439,7 @@ def _compose_instead(db: Database, system: str, backend: str, layer: AttentionLa
 def plan_for(db: Database, *, model: str, system: str, backend: str, parallel: Parallel, version: str | None = None,
              dtypes: Mapping[str, str] | None = None) -> _Plan:
     """The cached plan of one (model, system, backend, parallel, version, dtypes)."""
-    chosen = {k: v for k, v in (dtypes or {}).items() if v is not None}
+    chosen = {k: str(v) for k, v in (dtypes or {}).items() if v is not None}
     unknown = sorted(set(chosen) - set(STEP_DTYPE_COLUMNS))
     if unknown:
         raise E.UsageError(f"unknown dtype option(s) {', '.join(unknown)}", values={"dtypes": unknown},
@@ -421,6 +453,70 @@ def plan_for(db: Database, *, model: str, system: str, backend: str, parallel: P
         with _PLAN_LOCK:
             plans[key] = plan
     return plan
+
+
+# --- what isolation adds -------------------------------------------------------------------
+
+#: A GEMM whose weight has at most this many elements has stopped getting faster with shape: at
+#: a given m, such points measure the table's per-call floor (docs/serving.md).
+FLOOR_ELEMENTS = 1 << 22
+#: Points below the floor size a bucket needs at one m for its floor to be read there.
+FLOOR_POINTS = 3
+
+
+@dataclass(frozen=True)
+class GemmFloors:
+    """Per-call floors of one GEMM table: per bucket (its key tuple), the median latency (ms) of
+    its floor-sized points at each measured m; and per m, the GPU's own floor: the lowest bucket
+    floor of the table (one plain kernel, replayed in a graph)."""
+
+    key_names: tuple[str, ...]
+    buckets: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]]
+    gpu: tuple[tuple[int, ...], tuple[float, ...]]
+
+    @staticmethod
+    def at(series: tuple[tuple[int, ...], tuple[float, ...]], m: int) -> float | None:
+        """The floor at the largest measured m not above ``m`` (the smallest measured m below it)."""
+        ms, floors = series
+        if not ms:
+            return None
+        i = bisect.bisect_right(ms, m) - 1
+        return floors[max(i, 0)]
+
+
+_FLOORS: weakref.WeakKeyDictionary[Database, dict[tuple[str, str, str], GemmFloors]] = weakref.WeakKeyDictionary()
+
+
+def gemm_floors(db: Database, system: str, backend: str, version: str) -> GemmFloors:
+    """The per-call floors of a GEMM table (cached per database)."""
+    key = (system, backend, version)
+    with _PLAN_LOCK:
+        cached = _FLOORS.setdefault(db, {}).get(key)
+    if cached is not None:
+        return cached
+    import numpy as np
+
+    keyed = db.table(system, backend, version, GEMM_TABLE)
+    m_all, n_all, k_all = (keyed.axes[a] for a in ("m", "n", "k"))
+    buckets: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+    lowest: dict[int, float] = {}
+    for b, bucket in enumerate(keyed.bucket_keys):
+        lo, hi = int(keyed.offsets[b]), int(keyed.offsets[b + 1])
+        m, lat = m_all[lo:hi].astype(np.int64), keyed.latency[lo:hi]
+        small = (n_all[lo:hi].astype(np.int64) * k_all[lo:hi].astype(np.int64)) <= FLOOR_ELEMENTS
+        ms, floors = [], []
+        for value in np.unique(m[small]):
+            pick = small & (m == value)
+            if int(pick.sum()) >= FLOOR_POINTS:
+                ms.append(int(value))
+                floors.append(float(np.median(lat[pick])))
+                lowest[int(value)] = min(lowest.get(int(value), floors[-1]), floors[-1])
+        buckets[tuple(bucket)] = (tuple(ms), tuple(floors))
+    gpu_m = tuple(sorted(lowest))
+    out = GemmFloors(tuple(keyed.key_names), buckets, (gpu_m, tuple(lowest[m] for m in gpu_m)))
+    with _PLAN_LOCK:
+        _FLOORS[db][key] = out
+    return out
 
 
 # --- pricing --------------------------------------------------------------------------------
@@ -448,11 +544,14 @@ def _pick(name: str, values: list[Any], prefer: Mapping[str, Callable[[Any], boo
 class _Pricer:
     """Prices the ops of one step from a plan."""
 
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: _Plan, graphed: bool = False, allow_substitute: bool = False) -> None:
         self.plan = plan
         self.db = plan.db
         self.ops: list[OpCost] = []
         self.notes: list[str] = []
+        self.served_from: list[str] = []
+        self.graphed = graphed
+        self.allow_substitute = allow_substitute
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -482,9 +581,20 @@ class _Pricer:
                 break  # the key is resolved; this point (or this kernel) is what misses
         return fixed, kernels
 
-    def ask(self, table: str, fields: Mapping[str, Any], *, backend: str | None = None, version: str | None = None,
-            kernels: Callable[[str], bool] | None = None, kernel_class: str = "",
-            prefer: Mapping[str, Callable[[Any], bool]] | None = None) -> Answer:
+    def ask(self, table: str, fields: Mapping[str, Any], **kw: Any) -> Answer:
+        """One op's answer (:meth:`_ask`); where it comes from a library table served from the
+        framework folder it was filed in, the step's notes say so (once)."""
+        answer = self._ask(table, fields, **kw)
+        if answer.notes:  # (the served file's note is among them: only then is the slot looked up)
+            misplaced = self.db.ref(answer.system, answer.backend, answer.version, answer.table).misplaced
+            if misplaced is not None and misplaced.note not in self.served_from:
+                self.notes.append(misplaced.note)
+                self.served_from.append(misplaced.note)
+        return answer
+
+    def _ask(self, table: str, fields: Mapping[str, Any], *, backend: str | None = None, version: str | None = None,
+             kernels: Callable[[str], bool] | None = None, kernel_class: str = "",
+             prefer: Mapping[str, Callable[[Any], bool]] | None = None) -> Answer:
         plan = self.plan
         backend = backend or plan.backend
         if version is None:
@@ -546,7 +656,8 @@ class _Pricer:
                                    _reason(exc), backend))
             return
         shape = {k: v for k, v in a.fields.items() if k not in _SLOT_FIELDS}
-        self.ops.append(OpCost(name, component, table, a.version, a.kind, a.latency_ms, count, shape, None, backend))
+        self.ops.append(OpCost(name, component, table, a.version, a.kind, a.latency_ms, count, shape, None, backend,
+                               substitution=a.substitution))
 
     def _split(self, table: str, fields: Mapping[str, Any], exc: E.OutOfCoverageError, kw: Mapping[str, Any]
                ) -> tuple[float, str, int, str, str] | None:
@@ -589,6 +700,31 @@ class _Pricer:
         else:
             fields["model"] = self.plan.model
         self.op(name, "gemm", count, GEMM_TABLE, fields)
+        if self.graphed:
+            self._replayed(self.ops[-1], m, n, k)
+
+    def _replayed(self, op: OpCost, m: int, n: int, k: int) -> None:
+        """A GEMM as a CUDA graph replays it: the table's per-call floor above the GPU's own is
+        what an isolated call adds (host-side work, dynamic activation scaling); it is removed,
+        never below the GPU's floor plus the weight read at the system's bandwidth, never above
+        the table's answer."""
+        if op.ms is None or op.version is None or "split" in op.fields:
+            return
+        floors = gemm_floors(self.db, self.plan.system, op.backend or self.plan.backend, op.version)
+        try:
+            bucket = tuple(op.fields[name] for name in floors.key_names)
+        except KeyError:
+            return
+        series = floors.buckets.get(bucket)
+        floor = GemmFloors.at(series, m) if series else None
+        gpu = GemmFloors.at(floors.gpu, m)
+        if floor is None or gpu is None or floor <= gpu:
+            return
+        dtype = str(op.fields.get("gemm_dtype") or ACTIVATION_DTYPE)
+        read = gpu + self.plan.gpu.memory_ms(n * k * bytes_of(dtype)) - self.plan.gpu.mem_latency * 1e3
+        replayed = min(op.ms, max(op.ms - (floor - gpu), read))
+        op.isolation_ms = op.ms - replayed
+        op.ms = replayed
 
     # -- the step --------------------------------------------------------------------------
 
@@ -658,6 +794,8 @@ class _Pricer:
             if table not in plan.missing and "beam_width" in self.db.table(
                     plan.system, plan.backend, plan.versions[table], table).key_names:
                 fields["beam_width"] = 1
+            if self.allow_substitute:
+                fields["allow_substitute"] = True
             self.op(f"{name} attention ({'prefill' if phase == 'context' else 'decode'})", "attention", count,
                     table, fields)
         if not family.projections_in_rows:  # GQA: the kernel tables hold no projections
@@ -741,12 +879,13 @@ class _Pricer:
             "topk": block.topk, "num_experts": block.experts, "moe_tp_size": par.moe_tp_size,
             "moe_ep_size": par.moe_ep}
         quant = plan.config.quantization.moe
-        if quant is not None and "moe_dtype" not in plan.dtypes:
+        if quant is not None:
             fields["moe_dtype"] = quant
         self.op(f"{name} experts", "moe", count, "moe", fields)
-        if self.ops[-1].ms is None and quant in MXFP4_KERNELS:
+        if self.ops[-1].ms is None and quant in MXFP4_KERNELS and quant == plan.config.checkpoint.moe:
             # an mxfp4 checkpoint runs on whichever mxfp4 kernel the backend has for the GPU
-            # (activations in bf16 on Hopper, in mxfp8 on Blackwell): the weights are the same
+            # (activations in bf16 on Hopper, in mxfp8 on Blackwell): the weights are the same (a
+            # kernel named as the deployment's choice is kept: its miss is the answer)
             missed = self.ops.pop()
             for other in MXFP4_KERNELS:
                 if other != quant:
@@ -892,22 +1031,28 @@ def _validate_parts(prefill: SeqChunk | None, decode: DecodePart | None) -> None
 
 def step_cost(db: Database, *, model: str, system: str, backend: str, parallel: Parallel, version: str | None = None,
               prefill: SeqChunk | None = None, decode: DecodePart | None = None,
-              dtypes: Mapping[str, str] | None = None) -> StepCost:
-    """What one forward step of ``model`` costs on one attention-DP rank (module doc)."""
+              dtypes: Mapping[str, str] | None = None, graphed: bool = False,
+              allow_substitute: bool = False) -> StepCost:
+    """What one forward step of ``model`` costs on one attention-DP rank (module doc).
+    ``graphed``: the step as a CUDA graph replays it (a decode step of a served engine): each
+    GEMM without the per-call floor its isolated measurement adds (:func:`gemm_floors`).
+    ``allow_substitute``: an attention module table without the model's native head count
+    answers from its nearest native (at the rank's local heads, per head along the heads axis);
+    each such op says so (``OpCost.substitution``)."""
     if not isinstance(parallel, Parallel):
         raise E.UsageError("parallel must be a modperf.model_step.Parallel", values={"parallel": repr(parallel)},
                            fix="pass parallel=Parallel(tp=...)")
     _validate_parts(prefill, decode)
     plan = plan_for(db, model=model, system=system, backend=backend, parallel=parallel, version=version,
                     dtypes=dtypes)
-    pricer = _Pricer(plan)
+    pricer = _Pricer(plan, graphed, allow_substitute)
     pricer.step(prefill, decode)
     versions: dict[str, str] = {}
     for op in pricer.ops:
         if op.table is not None and op.version is not None:
             versions.setdefault(op.table, op.version)  # nccl / oneccl tables live under their library only
     return StepCost(plan.model, system, backend, parallel, prefill, decode, pricer.ops, versions,
-                    [*plan.notes, *pricer.notes])
+                    [*plan.notes, *pricer.notes], pricer.served_from, served=plan.config.dtypes_served())
 
 
 # --- estimate --scope model -----------------------------------------------------------------
@@ -946,6 +1091,8 @@ class ModelEstimate:
     tps: list[ModelTpEstimate]
     notes: list[str]
     seconds: float = 0.0
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -955,8 +1102,8 @@ class ModelEstimate:
         return {"scope": "model", "model": self.model, "system": self.system, "backend": self.backend,
                 "isl": self.isl, "osl": self.osl, "batch": self.batch, "prefix": self.prefix,
                 "decode_kv": self.decode_kv, "decode_rule": self.decode_rule, "complete": self.complete,
-                "components": list(COMPONENTS), "tps": [t.to_dict() for t in self.tps], "notes": self.notes,
-                "seconds": round(self.seconds, 4)}
+                "components": list(COMPONENTS), "served": self.served, "tps": [t.to_dict() for t in self.tps],
+                "notes": self.notes, "seconds": round(self.seconds, 4)}
 
 
 def model_estimate(db: Database, *, model: str, system: str, backend: str, tps: Iterable[int], isl: int, osl: int,
@@ -984,7 +1131,7 @@ def model_estimate(db: Database, *, model: str, system: str, backend: str, tps: 
             if note not in notes:
                 notes.append(note)
     return ModelEstimate(model, system, backend, isl, osl, batch, prefix, kv, rule, results, notes,
-                         time.perf_counter() - start)
+                         time.perf_counter() - start, results[0].prefill.served if results else {})
 
 
 __all__ = ["COMPONENTS", "OP_KINDS", "DecodePart", "ModelEstimate", "ModelTpEstimate", "OpCost", "Parallel", "SeqChunk",

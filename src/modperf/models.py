@@ -22,6 +22,7 @@ from typing import Any
 from . import limits
 from .cache_keys import MODEL_CONFIGS_ENV, config_folders
 from .errors import ModelConfigError, ModelConfigsFolderError, UnknownModelError, quote
+from .model_names import KNOWN_NAMES, known_name
 
 CONFIG_SUFFIX = "_config.json"
 #: Companion files that sit beside configs but are not model configs.
@@ -66,9 +67,12 @@ class ModelConfig:
     raw: dict[str, Any]
     #: The companion ``org--Name_hf_quant_config.json`` (ModelOpt checkpoints), when present.
     hf_quant: dict[str, Any] | None = None
-    #: Weights served in other dtypes than the checkpoint's (``ORG/NAME@...``, see
-    #: :meth:`ModelRegistry.get`): replaces :attr:`quantization`.
+    #: Weights served in other dtypes than the checkpoint's (:meth:`ModelRegistry.served`, spelled
+    #: ``ORG/NAME@...``): replaces :attr:`quantization`.
     served: Quantization | None = None
+    #: Where the name asked is not this config's (a renamed repository, a served variant:
+    #: modperf.model_names): which config answered it and why, for the answer's notes.
+    resolution: str | None = None
 
     @property
     def text(self) -> dict[str, Any]:
@@ -122,9 +126,27 @@ class ModelConfig:
 
     @property
     def quantization(self) -> Quantization:
-        """What the checkpoint's weights are stored as (module doc of :class:`Quantization`), or
-        what an ``@`` id says they are served as."""
+        """What the weights are served as: the checkpoint's dtypes (:attr:`checkpoint`), or the
+        ones a deployment chose (:meth:`ModelRegistry.served`)."""
         return self.served if self.served is not None else Quantization.of(self)
+
+    @property
+    def checkpoint(self) -> Quantization:
+        """What the checkpoint's weights are stored as (:class:`Quantization`), whatever they are
+        served as."""
+        return Quantization.of(self)
+
+    @property
+    def base_id(self) -> str:
+        """The checkpoint's model id (a served variant's id without its ``@`` suffix)."""
+        return self.model_id.partition("@")[0]
+
+    def dtypes_served(self) -> dict[str, Any]:
+        """The dtypes the weights are served as beside the checkpoint's, as plain data (what
+        estimate and predict report as ``served``)."""
+        served, own = self.quantization, self.checkpoint
+        return {"model": self.model_id, "gemm": served.gemm, "moe": served.moe,
+                "checkpoint": {"gemm": own.gemm, "moe": own.moe, "source": own.source}}
 
     def geometry(self, fields: Sequence[ConfigField]) -> tuple[tuple[str, Any], ...]:
         """(field, value) pairs for the fields a module reads, plus the native count."""
@@ -320,14 +342,15 @@ class ModelRegistry:
     def get(self, model_id: str) -> ModelConfig:
         """The config of ``model_id``. ``ORG/NAME@DTYPE`` (or ``@gemm=DTYPE,moe=DTYPE``) is the same
         model served with its weights in other dtypes than its checkpoint's (a quantized variant
-        of one geometry, e.g. ``deepseek-ai/DeepSeek-R1@nvfp4``): the dtypes it derives follow
-        the suffix instead of the checkpoint's ``quantization_config``."""
+        of one geometry, e.g. ``deepseek-ai/DeepSeek-R1@nvfp4``): :meth:`served`, spelled in the id."""
         cached = self._cache.get(model_id)
         if cached is not None:
             return cached
         if "@" in str(model_id):
             return self._served(str(model_id))
         path = self._paths.get(model_id)
+        if path is None and known_name(str(model_id)) is not None:
+            return self._known(str(model_id))
         if path is None:
             near = self.nearest(model_id)
             raise UnknownModelError(
@@ -343,6 +366,34 @@ class ModelRegistry:
         config = ModelConfig(model_id, path, raw, self._hf_quant(model_id, path))
         self._cache[model_id] = config
         return config
+
+    def _known(self, model_id: str) -> ModelConfig:
+        """A name :mod:`modperf.model_names` resolves: its config (served in the checkpoint's
+        dtype where the entry says so), saying which and why."""
+        target, why = KNOWN_NAMES[model_id]
+        base = self.get(target)
+        config = ModelConfig(base.model_id, base.path, base.raw, base.hf_quant, base.served,
+                             f"{model_id} answered from the bundled config {target} ({why})")
+        self._cache[model_id] = config
+        return config
+
+    def served(self, model: str | ModelConfig, *, gemm: str | None = None, moe: str | None = None) -> ModelConfig:
+        """``model`` served with its dense linear layers in ``gemm`` and its routed experts in
+        ``moe`` (None: as ``model`` serves them). A dtype is the deployment's choice, not the
+        model's: this is the one form every command gives it -- a query's ``gemm_type`` /
+        ``gemm_dtype`` / ``moe_dtype`` field (:func:`modperf.resolve.serve`), estimate's dtype
+        options, predict's quant modes and the ``ORG/NAME@...`` suffix. The geometry stays the
+        checkpoint's; the dtypes derived from the config follow what is served. Dtypes that are
+        the checkpoint's give its plain config; others the variant ``ORG/NAME@gemm=..,moe=..``."""
+        config = model if isinstance(model, ModelConfig) else self.get(model)
+        now, own = config.quantization, config.checkpoint
+        want = (now.gemm if gemm is None else str(gemm), now.moe if moe is None else str(moe))
+        if want == (own.gemm, own.moe):
+            return self.get(config.base_id)
+        if want == (now.gemm, now.moe):
+            return config
+        spec = ",".join(f"{part}={value}" for part, value in zip(("gemm", "moe"), want) if value is not None)
+        return self.get(f"{config.base_id}@{spec}")
 
     def _served(self, model_id: str) -> ModelConfig:
         base_id, _, spec = model_id.partition("@")
@@ -362,9 +413,8 @@ class ModelRegistry:
             else:
                 dtypes[key] = value
         own = base.quantization
-        served = Quantization(dtypes.get("gemm", own.gemm), dtypes.get("moe", own.moe),
-                              f"served as {spec} ({model_id}; the checkpoint says: {own.source})")
-        config = ModelConfig(model_id, base.path, base.raw, base.hf_quant, served)
+        served = Quantization(dtypes.get("gemm", own.gemm), dtypes.get("moe", own.moe), f"served as {spec}")
+        config = ModelConfig(model_id, base.path, base.raw, base.hf_quant, served, base.resolution)
         self._cache[model_id] = config
         return config
 

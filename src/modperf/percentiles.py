@@ -86,7 +86,9 @@ def _parts(priced: Priced, prefill: SeqChunk | None, decode: DecodePart | None, 
     assert pricer is not None
     dep = priced.deployment
     step = step_cost(pricer.db, model=pricer.model, system=dep.system, backend=dep.backend,
-                     parallel=pricer.parallel, version=pricer.version, prefill=prefill, decode=decode)
+                     parallel=pricer.parallel, version=pricer.version, prefill=prefill, decode=decode,
+                     # a decode-only step is replayed as a CUDA graph, as the closed form prices it
+                     graphed=prefill is None, allow_substitute=pricer.allow_substitute)
     attention = 0.0
     other = pricer.hop_ms
     missing = []

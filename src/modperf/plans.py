@@ -22,9 +22,10 @@ type) means the engine answers, as without this module:
 * the file is whole (its digest), of this format, this Python's ``marshal``, and modperf's code
   (a digest of every module of the package but the CLI);
 * numpy's version file holds the same bytes (grids are numpy's arithmetic);
-* the data root's catalog: every folder the scan listed stats the same and every
-  ``reuse.yaml`` holds the same bytes (the rule of :mod:`modperf.scan_cache`, whose record the
-  plan was resolved under; kept once per scan in ``plans/scan-<digest>.mpd``);
+* the data root's catalog: every folder the scan listed stats the same, every ``reuse.yaml``
+  holds the same bytes and every table file whose rows the scan read (a misplaced library
+  table: where it is served) has the same identity (the rule of :mod:`modperf.scan_cache`,
+  whose record the plan was resolved under; kept once per scan in ``plans/scan-<digest>.mpd``);
 * the model configs: every file in the config folders has the same name, size and mtime;
 * every table file the plan was resolved from (the slot's file, any version the default
   version looked at, and where it keeps quality notes the files they compare with) has the
@@ -34,17 +35,28 @@ type) means the engine answers, as without this module:
 
 Those checks run once per process (per file); a plan read once is kept in memory.
 
+**Whose files.** Plans are read only from a cache folder the user owns and no one else can
+write, and a file only when the opened file is the user's and no one else can write it
+(:mod:`modperf.cache_trust`): the digest is unkeyed, and ``marshal`` is not safe against
+crafted input, so the ownership rule is what keeps a forged plan out. What ``marshal`` gives
+back is a builtin value; a plan is used only when every part of it is plain (None, bools,
+ints, floats, strings, tuples, lists, dicts: :func:`plain`), so nothing it holds is code.
+(Its dependency files are only compared with what is found now: a value of another type
+there is a mismatch.)
+
 **What a plan answers.** A point whose axis values are plain ints inside their ranges and
 inside the grid's measured range: a measured cell, a blend between cells, a filled cell. A
 point outside the measured range (the roofline projects it), a refused one, and a table whose
 backend picks the kernel per shape (a lane rule) are left to the engine; so are quality notes
 where the writer did not look them up (a plan keeps its group's notes, or that it has none,
 once an answer with notes was asked). Plans are written by the engine's process after a plan's first
-answer (:meth:`PlanStore.persist`), through a temporary file renamed into place (a torn file
-fails its digest); they share the cache's size bound and ``modperf cache clear``.
+answer (:meth:`PlanStore.persist`), through a temporary file renamed into place
+(:func:`modperf.atomic.replace_unsynced`: created exclusively, no link followed, mode 0600; a
+torn file fails its digest); they share the cache's size bound and ``modperf cache clear``.
 
 Imports: the standard library only, and of modperf :mod:`modperf.cache_keys`,
-:mod:`modperf.lattice` and :mod:`modperf.answer` (writing imports more, on use).
+:mod:`modperf.cache_trust`, :mod:`modperf.lattice` and :mod:`modperf.answer` (writing imports
+more, on use).
 """
 
 from __future__ import annotations
@@ -64,14 +76,15 @@ from .cache_keys import (
     PLAN_SUFFIX,
     PLANS_FOLDER,
     blake2b,
-    cache_folder,
     config_folders,
     content_digest,
     distribution_base,
     is_digits,
     scan_unchanged,
     source_identity,
+    usable_folder,
 )
+from .cache_trust import make_folder, read_owned
 from .lattice import Lattice
 
 TYPE_CHECKING = False
@@ -91,6 +104,8 @@ _DIGEST = 32
 _KEY_TYPES = (str, int, float, bool, type(None))
 #: Package folders whose modules do not decide an answer (the command line parses and prints).
 _NOT_ANSWERING = ("cli", "__pycache__")
+_SCALARS = frozenset(_KEY_TYPES)
+_NUMBERS = (int, float)
 
 
 # --- reading and writing one file ------------------------------------------------------------
@@ -101,25 +116,43 @@ def _frame(value: Any) -> bytes:
     return body + blake2b(body, digest_size=_DIGEST).digest()
 
 
-def _unframe(data: bytes) -> Any:
+def _unframe(data: bytes | bytearray) -> Any:
     """The value of a whole, unaltered file of this format; None otherwise."""
     if len(data) < len(MAGIC) + _DIGEST or not data.startswith(MAGIC):
         return None
-    if blake2b(data[:-_DIGEST], digest_size=_DIGEST).digest() != data[-_DIGEST:]:
+    view = memoryview(data)
+    if blake2b(view[:-_DIGEST], digest_size=_DIGEST).digest() != view[-_DIGEST:]:
         return None
     try:
-        return marshal.loads(data[len(MAGIC):-_DIGEST])
+        return marshal.loads(view[len(MAGIC):-_DIGEST])
     except (ValueError, EOFError, TypeError):
         return None
 
 
+def plain(value: Any) -> bool:
+    """Whether ``value`` is plain data throughout: None, bools, ints, floats and strings in
+    tuples, lists and dicts (marshal can also build code objects, bytes, sets and complex
+    numbers: none is in a plan). A sequence of numbers is judged by adding it up (in C, a few
+    nanoseconds an item: one that is not an int or a float fails the sum or makes it
+    complex): a plan's lattice holds tens of thousands."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is list or kind is tuple:
+        try:
+            if type(sum(value)) in _NUMBERS:
+                return True
+        except (TypeError, OverflowError):  # (an int too large for a float beside a float: judged item by item)
+            pass
+        return all(type(v) in _SCALARS or plain(v) for v in value)
+    if kind is dict:
+        return all((type(k) in _SCALARS or plain(k)) and (type(v) in _SCALARS or plain(v)) for k, v in value.items())
+    return False
+
+
 def _read(path: str) -> Any:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return _unframe(data)
+    data = read_owned(path)
+    return None if data is None else _unframe(data)
 
 
 def _digest_text(*parts: Any) -> str:
@@ -196,10 +229,10 @@ def scan_current(depends: Any, root: str) -> bool:
     """Whether a remembered scan's folders and ``reuse.yaml`` files are as they were
     (:func:`modperf.cache_keys.scan_unchanged`)."""
     try:
-        scan_root, folders, sidecars = depends
+        scan_root, folders, sidecars, tables = depends
     except (TypeError, ValueError):
         return False
-    return scan_root == root and scan_unchanged(root, folders, sidecars)
+    return scan_root == root and scan_unchanged(root, folders, sidecars, tables)
 
 
 def file_digest(path: str | None) -> str | None:
@@ -278,7 +311,8 @@ class PlanStore:
         folders = default_config_folders(model_configs)
         if folders is None or not os.path.isdir(root) or not all(os.path.isdir(f) for f in folders):
             return None
-        return cls(os.path.abspath(root), given, folders, cache_folder())
+        cache = usable_folder()  # (a folder others can write: said once, not used)
+        return None if cache is None else cls(os.path.abspath(root), given, folders, cache)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -292,6 +326,11 @@ class PlanStore:
             found = _read(os.path.join(self.folder, CONTEXT_PREFIX + self.code() + DEPENDS_SUFFIX))
             self._context = (frozenset(found[1]),) if type(found) is tuple and found[0] == self.code() else ()
         return self._context[0] if self._context else None
+
+    def axis_names(self) -> frozenset[str] | None:
+        """The query fields that are interpolation axes (the point, not the plan), as the
+        plans of this code were written with; None where none was written."""
+        return self._context_names()
 
     def _names(self, names: tuple[Any, ...]) -> tuple[Callable[[Mapping[str, Any]], tuple[Any, ...]],
                                                        dict[Any, StoredPlan | None]] | None:
@@ -321,6 +360,7 @@ class PlanStore:
     def answer(self, fields: Mapping[str, Any], quality: bool) -> Answer | None:
         """The answer from a persisted plan, or None where there is none that holds for these
         fields (the engine answers then)."""
+        # (plan_for's lookup, inline: a call more costs the warm single query about 3 %)
         names = tuple(fields)
         by_names = self._by_names.get(names) or self._names(names)
         if by_names is None:
@@ -331,10 +371,7 @@ class PlanStore:
         try:
             plan = plans[key]
         except KeyError:
-            if len(plans) >= self.MEMO:
-                plans.clear()
-            file_key = self._file_key(values)
-            plan = plans[key] = None if file_key is None else self._load(names, file_key)
+            plan = self._read(names, values, key, plans)
         except TypeError:  # an unhashable value
             return None
         if plan is None:
@@ -353,6 +390,33 @@ class PlanStore:
             answer.quality = quality_notes(plan, plan.quality_found, point, answer.kind == "exact")
         return answer
 
+    def plan_for(self, fields: Mapping[str, Any]) -> StoredPlan | None:
+        """The persisted plan that holds for these fields (their names in order, and the values
+        and types of those that are not axes), or None; read once per process and key."""
+        names = tuple(fields)
+        by_names = self._by_names.get(names) or self._names(names)
+        if by_names is None:
+            return None
+        getter, plans = by_names
+        values = getter(fields)
+        key = (values, tuple(map(type, values)))
+        try:
+            return plans[key]
+        except KeyError:
+            return self._read(names, values, key, plans)
+        except TypeError:  # an unhashable value
+            return None
+
+    def _read(self, names: tuple[Any, ...], values: tuple[Any, ...], key: Any,
+              plans: dict[Any, StoredPlan | None]) -> StoredPlan | None:
+        """The plan of these field names and non-axis values read from disk into the memo
+        ``plans`` under ``key`` (None where none holds: remembered too)."""
+        if len(plans) >= self.MEMO:
+            plans.clear()
+        file_key = self._file_key(values)
+        plan = plans[key] = None if file_key is None else self._load(names, file_key)
+        return plan
+
     def _path(self, names: tuple[Any, ...], key: Any) -> str:
         name = _digest_text(self.code(), self._where, self.config_folders, names, key)
         return os.path.join(self.folder, name + SUFFIX)
@@ -364,13 +428,13 @@ class PlanStore:
             return None
         try:
             if doc["identity"] != (FORMAT, self.code(), self._where, self.config_folders, names, key) \
-                    or not self._holds(doc):
+                    or not plain(doc) or not self._holds(doc):
                 return None
             template = object.__new__(Answer)
             template.__dict__.update(doc["template"])
             plan = StoredPlan(template, doc["axis_checks"], doc["echoed"], Lattice.from_plain(doc["lattice"]),
                               doc["extrapolation_model"], doc["local"], doc["quality"], doc["quality_found"])
-        except (KeyError, TypeError, ValueError, IndexError):
+        except (KeyError, TypeError, ValueError, IndexError, RecursionError):  # (plain: nested past any plan)
             return None
         try:  # noqa: SIM105  (contextlib: a module more for a cold process)
             os.utime(path)  # used now: the cache's size bound removes the files used longest ago
@@ -411,7 +475,7 @@ class PlanStore:
         """Write ``plan`` (the engine's, after its first answer) for the next process; False
         where it cannot hold (module doc: what it needs) or cannot be written. ``tables``: the
         keyed tables its resolution (and quality notes) loaded, None for one that failed;
-        ``watched``: (folders, sidecars) of the catalog scan's record."""
+        ``watched``: (folders, sidecars, tables read) of the catalog scan's record."""
         try:
             return self._persist(fields, plan, tables, quality, watched, axis_names, spec_path)
         except Exception as exc:  # a plan that cannot be written is no plan, never an error
@@ -441,7 +505,8 @@ class PlanStore:
         found = self._load(names, key)  # a plan that holds is this one: not written again
         if found is not None and (quality == "unknown" or found.quality == quality):
             return True
-        depends = (self.root, [(rel, list(st)) for rel, st in watched[0]], [(rel, d) for rel, d in watched[1]])
+        depends = (self.root, [(rel, list(st)) for rel, st in watched[0]], [(rel, d) for rel, d in watched[1]],
+                   [(rel, list(key)) for rel, key in watched[2]])
         scan = _digest_text(depends)
         scan_file = os.path.join(self.folder, SCAN_PREFIX + scan + DEPENDS_SUFFIX)
         if not _same(_read(scan_file), depends):
@@ -463,12 +528,8 @@ class PlanStore:
         if not _same(_unframe(data), doc):  # every value comes back as it was, types included
             return False
         path = self._path(names, key)
-        try:
-            with open(path, "rb") as f:
-                if f.read() == data:
-                    return True
-        except OSError:
-            pass
+        if read_owned(path) == bytearray(data):
+            return True
         _write(path, data)
         _bound(self.folder, path, SUFFIX)
         return True
@@ -524,25 +585,11 @@ def _bound(folder: str, keep: str, suffix: str) -> None:
 
 def _write(path: str, data: bytes) -> None:
     """A temporary file beside ``path`` renamed into place (no fsync: a torn file fails its
-    digest and is a miss)."""
-    from . import atomic
+    digest and is a miss), in a folder made 0700 where missing."""
+    from .atomic import replace_unsynced
 
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    from pathlib import Path
-
-    temp = os.path.join(os.path.dirname(path), atomic._temp_prefix(Path(path)) + os.urandom(6).hex()
-                        + atomic.TMP_SUFFIX)
-    try:
-        with open(temp, "xb") as handle:
-            handle.write(data)
-        os.replace(temp, path)
-        temp = ""
-    finally:
-        if temp:
-            try:  # noqa: SIM105  (as above)
-                os.unlink(temp)
-            except OSError:
-                pass
+    make_folder(os.path.dirname(path))
+    replace_unsynced(path, [data])
 
 
 __all__ = ["FOLDER", "MAGIC", "SUFFIX", "PlanStore", "StoredPlan", "code_fingerprint"]

@@ -20,24 +20,28 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors as E
 from . import limits
-from .layers import ffn_groups, layer_schedule
-from .model_step import DecodePart, Parallel, SeqChunk, StepCost, step_cost
+from .layers import ffn_groups
+from .model_step import COMPOSED_FALLBACK, DecodePart, Parallel, SeqChunk, StepCost, step_cost
+from .resolve import served_note
 from .roofline import bytes_of, gpu_spec
 from .serving import (
+    KV_BYTES,
     AggInputs,
+    Backend,
     Constants,
     DisaggInputs,
     aggregated,
     backend_of,
-    chunk_tokens,
     chunks,
     disaggregated,
-    kv_budget_bytes,
+    kv_bytes_per_token,
+    kv_transfer_ms,
     mean_kv,
     packed_requests,
+    pool_memory,
     system_memory,
+    weight_bytes_per_gpu,
 )
-from .serving_constants import AGG, DISAGG, PROVENANCE
 
 if TYPE_CHECKING:
     from .db import Database
@@ -53,18 +57,11 @@ FIELDS = frozenset(TOP_FIELDS) | {f"{side}_{f}" for side in ("prefill", "decode"
 #: row of the file can be passed as it is.
 IGNORED = frozenset({"silicon_data_source", "silicon_ttft_ms", "silicon_tpot_ms", "model"})
 
+#: A deployment as one JSON line (``predict --batch``), the example every fix about one shows.
+DEPLOYMENT_EXAMPLE = ('{"model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "vllm", "mode": "agg", '
+                      '"isl": 2048, "osl": 512, "batch_size": 8, "tp_size": 2}')
+
 _DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
-#: Bytes a KV-cache element takes: bfloat16, or fp8 where the deployment runs fp8 KV
-#: (docs/serving.md, "Memory").
-KV_BYTES = 2.0
-
-
-def kv_element_bytes(backend: str, gemm_dtype: str | None) -> float:
-    """TRT-LLM serves quantized (8- or 4-bit) checkpoints with the fp8 KV cache their
-    quantization config names; vLLM and SGLang keep the model dtype unless told otherwise."""
-    return 1.0 if backend == "trtllm" and bits(gemm_dtype) <= 8 else KV_BYTES
-
-
 @dataclass(frozen=True)
 class Pool:
     """One pool of identical workers (the whole deployment, when aggregated)."""
@@ -75,7 +72,8 @@ class Pool:
     moe_ep: int = 1
     pp: int = 1
     batch: int | None = None  # per attention-DP rank
-    workers: int = 1
+    #: Workers of this pool; None where a disaggregated deployment does not say (TPOT only).
+    workers: int | None = 1
 
     @property
     def gpus_per_worker(self) -> int:
@@ -147,7 +145,7 @@ def _str(row: Mapping[str, Any], name: str) -> str | None:
     return value.strip()
 
 
-def _pool(row: Mapping[str, Any], prefix: str, *, need_batch: bool) -> Pool:
+def _pool(row: Mapping[str, Any], prefix: str, *, need_batch: bool, workers: int | None = 1) -> Pool:
     tp = _int(row, f"{prefix}tp_size", limits.TP)
     if tp is None:
         raise E.QueryFieldError(f"{prefix}tp_size is required", values={"field": f"{prefix}tp_size"},
@@ -162,7 +160,7 @@ def _pool(row: Mapping[str, Any], prefix: str, *, need_batch: bool) -> Pool:
         moe_tp=_int(row, f"{prefix}moe_tp_size", limits.TP, None, zero_is_missing=True),
         moe_ep=_int(row, f"{prefix}moe_ep_size", limits.TP, 1, zero_is_missing=True) or 1,
         pp=_int(row, f"{prefix}pp_size", limits.Range(1, 256, "pipeline stages"), 1, zero_is_missing=True) or 1,
-        workers=_int(row, f"{prefix}num_workers", limits.Range(1, 4096, "workers"), 1) or 1)
+        workers=_int(row, f"{prefix}num_workers", limits.Range(1, 4096, "workers"), workers))
 
 
 def _dtype(value: str | None) -> str | None:
@@ -175,8 +173,8 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
     """A deployment from silicon_sample.csv columns (module doc); empty fields are left out.
     Every malformed field is a QueryFieldError naming it."""
     if not isinstance(row, Mapping):
-        raise E.QueryFieldError("a deployment is a JSON object of silicon_sample.csv columns", fix="e.g. "
-                                '{"model_path": "Qwen/Qwen3-32B", "system": "h200_sxm", "backend": "vllm", ...}')
+        raise E.QueryFieldError("a deployment is a JSON object of silicon_sample.csv columns",
+                                fix=f"e.g. {DEPLOYMENT_EXAMPLE}")
     unknown = sorted(k for k in row if k not in FIELDS and k not in IGNORED)
     if unknown:
         raise E.QueryFieldError(f"unknown field(s) {', '.join(map(E.quote, unknown[:8]))}",
@@ -199,17 +197,16 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
         gemm_quant=_dtype(_str(row, "gemm_quant_mode")), moe_quant=_dtype(_str(row, "moe_quant_mode")))
     if mode == "agg":
         return Deployment(**common, pool=_pool(row, "", need_batch=True))
-    absent = [f for f in ("prefill_num_workers", "decode_num_workers", "decode_batch_size") if not present(row, f)]
-    if absent:
+    if not present(row, "decode_batch_size"):
         raise E.QueryFieldError(
-            f"a disaggregated deployment needs {', '.join(absent)}: without worker counts and the decode batch "
-            "the topology is unknown (two such exports of one configuration differ 10x in TTFT)",
-            values={"missing": absent}, fix="give prefill_num_workers, decode_num_workers and decode_batch_size")
-    prefill = _pool(row, "prefill_", need_batch=False)
+            "a disaggregated deployment needs decode_batch_size: the decode step (and so TPOT) is priced at the "
+            "decode pool's batch", values={"missing": ["decode_batch_size"]},
+            fix="give decode_batch_size (and prefill_num_workers, decode_num_workers for TTFT)")
+    prefill = _pool(row, "prefill_", need_batch=False, workers=None)
     if prefill.batch is None:
         prefill = Pool(prefill.tp, prefill.attention_dp, prefill.moe_tp, prefill.moe_ep, prefill.pp, 1,
                        prefill.workers)
-    return Deployment(**common, prefill=prefill, decode=_pool(row, "decode_", need_batch=True))
+    return Deployment(**common, prefill=prefill, decode=_pool(row, "decode_", need_batch=True, workers=None))
 
 
 # --- the model as served ------------------------------------------------------------------------
@@ -247,92 +244,40 @@ def served_dtypes(own_gemm: str | None, own_moe: str | None, gemm: str | None, m
 
 
 def served_model(db: Database, dep: Deployment, notes: list[str] | None = None) -> ModelConfig:
-    """The model config with the deployment's dtypes (:func:`served_dtypes`): its own id where
-    they are the checkpoint's, else the served variant ``ID@gemm=..,moe=..``."""
+    """The model config with the deployment's dtypes (:func:`served_dtypes`), served as every
+    command serves a dtype choice (:meth:`modperf.models.ModelRegistry.served`): its own id where
+    they are the checkpoint's, else the served variant ``ID@gemm=..,moe=..``. A model without
+    MoE layers has no experts to serve: its MoE dtype is left out or repeats the GEMM dtype (as
+    silicon_sample.csv writes dense deployments); any other is refused (it would change nothing)."""
     config = db.models.get(dep.model)
+    if config.resolution and notes is not None:  # a name the config is not filed under: which answered
+        notes.append(config.resolution)
     own = config.quantization
-    gemm, moe, said = served_dtypes(own.gemm, own.moe, dep.gemm_quant, dep.moe_quant)
-    if not ffn_has_moe(config):
-        moe = own.moe
-        said = [n for n in said if not n.startswith("moe")]
+    moe_named = dep.moe_quant
+    if moe_named is not None and not ffn_has_moe(config):
+        if moe_named != dep.gemm_quant:
+            raise E.QueryFieldError(
+                f"moe_quant_mode {moe_named}: {config.model_id} has no MoE layers, so it would change nothing",
+                values={"field": "moe_quant_mode", "value": moe_named, "model": config.model_id},
+                fix="leave moe_quant_mode (--moe-quant) out for a dense model, and name its dtype as gemm_quant_mode "
+                    "(--gemm-quant)")
+        moe_named = None  # the file's convention for a dense deployment: the GEMM dtype, repeated
+    gemm, moe, said = served_dtypes(own.gemm, own.moe, dep.gemm_quant, moe_named)
     if notes is not None:
         notes.extend(said)
-    if (gemm, moe) == (own.gemm, own.moe) or gemm is None or moe is None:
-        return config
-    return db.models.get(f"{dep.model}@gemm={gemm},moe={moe}")
+    served = db.models.served(config, gemm=gemm, moe=moe)
+    if notes is not None:
+        chosen = served_note(served)
+        if chosen is not None and served is not config:
+            notes.append(chosen)
+    return served
 
 
 def ffn_has_moe(config: ModelConfig) -> bool:
     return any(layer.kind == "moe" for layer, _ in ffn_groups(config))
 
 
-# --- memory ---------------------------------------------------------------------------------------
-
-
-def weight_bytes_per_gpu(config: ModelConfig, pool: Pool) -> float:
-    """Weights one GPU of ``pool`` holds: attention, dense MLPs, shared experts and embeddings
-    split over tp (replicated over attention-DP ranks), routed experts over moe_tp x moe_ep,
-    layers over pp stages. Parameter counts from the HF config (docs/serving.md, "Memory")."""
-    q = config.quantization
-    gemm_b, moe_b = bytes_of(q.gemm or "bfloat16"), bytes_of(q.moe or "bfloat16")
-    hidden = int(config.get("hidden_size"))
-    heads = config.native_heads
-    kv = config.kv_heads or heads
-    head_dim = int(config.get("head_dim", None) or hidden // heads)
-    kv_lora = config.get("kv_lora_rank", None)
-    if isinstance(kv_lora, int) and kv_lora > 0:
-        q_lora = config.get("q_lora_rank", None) or 0
-        nope = int(config.get("qk_nope_head_dim", 128))
-        rope = int(config.get("qk_rope_head_dim", 64))
-        v = int(config.get("v_head_dim", 128))
-        q_in = q_lora or hidden
-        attn = (hidden * q_lora if q_lora else 0) + q_in * heads * (nope + rope) + hidden * (kv_lora + rope) \
-            + kv_lora * heads * (nope + v) + heads * v * hidden
-    else:
-        attn = hidden * (heads + 2 * kv) * head_dim + heads * head_dim * hidden
-    layers = len(layer_schedule(config).layers)
-    dense = experts = shared = 0
-    for ffn, n in ffn_groups(config):
-        if ffn.kind == "dense":
-            dense += 3 * ffn.hidden * ffn.inter * n
-        else:
-            experts += ffn.experts * 3 * ffn.hidden * ffn.inter * n
-            shared += (3 * ffn.hidden * ffn.shared_inter + hidden * ffn.experts) * n
-    vocab = int(config.get("vocab_size", 0) or 0)
-    embed = vocab * hidden * (1 if config.get("tie_word_embeddings", False) else 2)
-    moe_gpus = (pool.moe_tp or pool.tp * pool.attention_dp // max(pool.moe_ep, 1)) * pool.moe_ep
-    per_gpu = (attn * layers + dense + shared) * gemm_b / pool.tp + experts * moe_b / max(moe_gpus, 1) \
-        + embed * 2.0 / pool.tp
-    return per_gpu / pool.pp
-
-
-def kv_bytes_per_token(config: ModelConfig, tp: int, context: int, element: float = KV_BYTES) -> float:
-    """KV-cache bytes one token takes on one attention rank at tp (all its layers): MLA's
-    latent (kv_lora_rank + rope dims, the same on every rank); GQA's K and V of the rank's kv
-    heads (one replicated head where tp exceeds kv). Sliding-window layers hold at most their
-    window (averaged over ``context``); linear-attention layers hold a constant state, not a
-    per-token cache."""
-    total = 0.0
-    for layer, n in layer_schedule(config).groups():
-        fields = dict(layer.fields)
-        if layer.kind in ("mla", "dsa"):
-            lora = int(config.get("kv_lora_rank", 512))
-            rope = int(config.get("qk_rope_head_dim", 64))
-            index = int(config.get("index_head_dim", 0) or 0) if layer.kind == "dsa" else 0
-            total += (lora + rope + index) * element * n
-        elif layer.kind in ("gqa", "msa"):
-            kv = int(fields.get("num_key_value_heads", config.kv_heads or config.native_heads))
-            head_dim = int(fields.get("head_dim", config.get("head_dim", None)
-                                      or int(config.get("hidden_size")) // config.native_heads))
-            local_kv = max(1, kv // tp)
-            window = int(fields.get("window_size", 0) or 0)
-            share = min(1.0, window / context) if window else 1.0
-            total += 2 * local_kv * head_dim * element * share * n
-        elif layer.kind.startswith("dsv4"):
-            head_dim = int(config.get("head_dim", 512))
-            ratio = int(fields.get("compress_ratio", 1) or 1)
-            total += head_dim * element / ratio * n
-    return total
+# --- memory: modperf.serving.memory (weight_bytes_per_gpu, kv_bytes_per_token re-exported here) --
 
 
 # --- the prediction -----------------------------------------------------------------------------
@@ -340,41 +285,81 @@ def kv_bytes_per_token(config: ModelConfig, tp: int, context: int, element: floa
 
 @dataclass
 class Prediction:
+    """TTFT and TPOT of one deployment. ``ttft_ms`` (and the per-GPU rate and GPU count) are
+    None where the deployment does not fix them; ``serving["ttft_reason"]`` says why."""
+
     deployment: Deployment
-    ttft_ms: float
+    ttft_ms: float | None
     tpot_ms: float
     tokens_per_s_per_user: float
-    tokens_per_s_per_gpu: float
-    gpus: int
+    tokens_per_s_per_gpu: float | None
+    gpus: int | None
     steps: dict[str, dict[str, Any]]
     serving: dict[str, Any]
     provenance: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.deployment.id, "ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms,
+        return {"id": self.deployment.id, "ttft_ms": self.ttft_ms, "ttft_reason": self.serving.get("ttft_reason"),
+                "tpot_ms": self.tpot_ms,
                 "tokens_per_s_per_user": self.tokens_per_s_per_user,
                 "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "gpus": self.gpus,
-                "deployment": self.deployment.to_dict(), "steps": self.steps, "serving": self.serving,
-                "provenance": self.provenance, "notes": self.notes}
+                "deployment": self.deployment.to_dict(), "served": self.served, "steps": self.steps,
+                "serving": self.serving, "provenance": self.provenance, "notes": self.notes}
+
+
+#: The pricing fallbacks a step may stand on, found by reading why rows were not answered
+#: (evaluation rows among them; docs/serving.md reports their ablation): an answer names
+#: each one it used (``provenance.fallbacks``).
+FALLBACKS = {
+    "split": "an op past its grid priced as equal parts inside it",
+    "nccl_alltoall": "an all-to-all the all-to-all table holds no bucket for, from the NCCL table",
+    "widened": "a collective over more GPUs than the table measured, widened by the roofline",
+    "composed_mla": "an MLA layer composed from its parts where the module tables cannot answer",
+}
+
+
+def fallbacks_of(op: Any) -> list[str]:
+    """The fallbacks one priced op stands on (:data:`FALLBACKS`)."""
+    out = []
+    if "split" in op.fields:
+        out.append(FALLBACKS["split"])
+    if "(nccl alltoall" in op.name:
+        out.append(FALLBACKS["nccl_alltoall"])
+    if " widened to " in op.name:
+        out.append(FALLBACKS["widened"])
+    return out
+
+
+def launches(step: StepCost) -> int:
+    """The ops an eager engine launches for ``step``: every op of every layer."""
+    return sum(op.count for op in step.ops)
 
 
 class _Steps:
     """Prices the engine steps of one pool and keeps their provenance."""
 
     def __init__(self, db: Database, dep: Deployment, model: str, pool: Pool, version: str | None,
-                 has_moe: bool) -> None:
+                 has_moe: bool, allow_substitute: bool = False) -> None:
         self.db, self.dep, self.model, self.pool, self.version = db, dep, model, pool, version
+        self.allow_substitute = allow_substitute
+        self.substitutions: set[str] = set()
         self.parallel = pool.parallel(has_moe)
         self.kinds: Counter[str] = Counter()
         self.versions: dict[str, str] = {}
         self.notes: list[str] = []
+        self.fallbacks: set[str] = set()
+        self.launches = 0  # ops of the last eager step priced (modperf.serving: the host floor)
         gpu = gpu_spec(dep.system)
         self.hop_ms = (pool.pp - 1) * gpu.p2p_latency * 1000.0  # pipeline stages hand over once per step
 
-    def cost(self, prefill: SeqChunk | None = None, decode: DecodePart | None = None) -> StepCost:
+    def cost(self, prefill: SeqChunk | None = None, decode: DecodePart | None = None,
+             graphed: bool = False) -> StepCost:
         step = step_cost(self.db, model=self.model, system=self.dep.system, backend=self.dep.backend,
-                         parallel=self.parallel, version=self.version, prefill=prefill, decode=decode)
+                         parallel=self.parallel, version=self.version, prefill=prefill, decode=decode,
+                         graphed=graphed, allow_substitute=self.allow_substitute)
         if not step.complete or step.total_ms is None:
             reasons = "; ".join(f"{r['name']}: {r['reason']}" for r in step.not_covered[:3])
             raise E.NotCoveredError(f"the step of {self.model} on {self.dep.system} {self.dep.backend} is partial: "
@@ -383,12 +368,19 @@ class _Steps:
                                     fix="see `modperf estimate --scope model` for the ops no table covers")
         for op in step.ops:
             self.kinds[op.kind] += op.count
+            self.fallbacks.update(fallbacks_of(op))
+            if op.substitution:
+                self.substitutions.add(f"{op.name}: {op.substitution}")
+        if any(note.startswith(COMPOSED_FALLBACK) for note in step.notes):
+            self.fallbacks.add(FALLBACKS["composed_mla"])
         self.versions.update(step.versions)
+        self.notes.extend(n for n in step.served_from if n not in self.notes)  # where a misplaced table lies
         return step
 
     def ms(self, prefill: SeqChunk | None = None, decode: DecodePart | None = None) -> float:
         step = self.cost(prefill, decode)
         assert step.total_ms is not None
+        self.launches = launches(step)
         return float(step.total_ms) + self.hop_ms
 
     def prefill_one(self, isl: int, chunk: int) -> float:
@@ -414,116 +406,144 @@ def _version_for(db: Database, dep: Deployment, notes: list[str]) -> str | None:
 
 
 def constants_for(dep: Deployment, fitted: bool = True) -> tuple[Constants, str]:
-    """The fitted constants of the deployment's backend and mode (modperf.serving_constants),
-    or the physics-only ones where none are fitted or ``fitted`` is False."""
-    c = (AGG.get(dep.backend) if dep.mode == "agg" else DISAGG) if fitted else None
-    return (c, PROVENANCE[dep.mode]) if c is not None else (Constants(), "physics only: no fitted constants")
+    """The fitted constants of the deployment's backend, mode and GPU generation (carried by
+    the backend's module, :mod:`modperf.serving`), or the physics-only ones where none are
+    fitted or ``fitted`` is False; and where they come from."""
+    return backend_of(dep.backend).constants(dep.mode, dep.system, fitted)
 
 
 @dataclass
 class Priced:
     """A deployment's engine steps, priced from the op tables: everything the serving model
-    needs that does not depend on its fitted constants."""
+    needs that does not depend on its fitted constants. ``ttft_reason`` says why TTFT cannot
+    be answered (a disaggregated deployment without worker counts: TPOT only)."""
 
     deployment: Deployment
     inputs: AggInputs | DisaggInputs
     steps: dict[str, Any]
     memory: dict[str, Any]
-    concurrency: int
-    gpus: int
+    concurrency: int | None
+    gpus: int | None
     kinds: Counter[str]
     versions: dict[str, str]
     notes: list[str]
+    #: The dtypes the weights are served in beside the checkpoint's (ModelConfig.dtypes_served).
+    served: dict[str, Any] = field(default_factory=dict)
+    ttft_reason: str | None = None
+    #: The pricing fallbacks the steps stand on (:data:`FALLBACKS`).
+    fallbacks: list[str] = field(default_factory=list)
+    #: Ops answered from another native head count (``allow_substitute``): empty for a strict
+    #: answer.
+    substitutions: list[str] = field(default_factory=list)
     #: Prices more steps of the same (aggregated) pool: the simulation's grid (modperf.percentiles).
     pricer: _Steps | None = None
 
 
-def price(db: Database, dep: Deployment) -> Priced:
+def _substituted(substitutions: set[str]) -> list[str]:
+    if not substitutions:
+        return []
+    return [f"substituted (allow_substitute): {len(substitutions)} op(s) answered from another native head count, "
+            "per head at the rank's local heads: " + "; ".join(sorted(substitutions))]
+
+
+def _decode_step(steps: _Steps, backend: Backend, memory_capacity: float, batch: int, kv: int,
+                 notes: list[str]) -> tuple[StepCost, bool]:
+    """A decode-only step as the engine runs it: replayed as a CUDA graph up to the backend's
+    largest captured batch, eagerly beyond it (docs/serving.md, "What a served step pays")."""
+    graphed = batch <= backend.graph_max_batch(memory_capacity, steps.pool.tp)
+    if not graphed:
+        notes.append(f"decode batch {batch} is above {backend.name}'s largest CUDA graph "
+                     f"({backend.graph_max_batch(memory_capacity, steps.pool.tp)}): priced as an eager step")
+    return steps.cost(decode=DecodePart(batch, kv), graphed=graphed), graphed
+
+
+def price(db: Database, dep: Deployment, *, allow_substitute: bool = False) -> Priced:
     """The engine steps of ``dep`` from the op tables (module doc). Raises a ModperfError when a
     step cannot be priced (an op out of coverage, a shard that does not divide, an unknown model
-    or system)."""
+    or system) or the deployment cannot run (DeploymentFitError, with the figures).
+    ``allow_substitute``: an attention module table without the model's native head count
+    answers from the nearest native it measured, scaled per head (``Priced.substitutions`` and
+    a note say which ops)."""
     notes: list[str] = []
     backend = backend_of(dep.backend)
     version = _version_for(db, dep, notes)
     config = served_model(db, dep, notes)
     has_moe = ffn_has_moe(config)
     memory = system_memory(dep.system)
-    chunk = chunk_tokens(backend, memory.capacity)
+    chunk = backend.step_budget(memory.capacity)
     kv_mean = mean_kv(dep.isl, dep.osl)
+    element = backend.kv_element_bytes(config.quantization.gemm)
+    reserved = backend.reserved_tokens(dep.isl, dep.osl)
     inputs: AggInputs | DisaggInputs
     if dep.mode == "agg":
         pool = dep.pool
         assert pool is not None and pool.batch is not None
-        priced = _Steps(db, dep, config.model_id, pool, version, has_moe)
-        weights = weight_bytes_per_gpu(config, pool)
-        budget = kv_budget_bytes(backend, mem_capacity=memory.capacity, weights=weights, other=memory.other,
-                                 chunk=chunk, gpus=pool.tp)
-        reserve = dep.isl + (dep.osl if backend.reserves_whole_sequence else dep.osl // 2)
-        element = kv_element_bytes(dep.backend, config.quantization.gemm)
-        per_token = kv_bytes_per_token(config, pool.tp, dep.isl + dep.osl, element)
-        physical = memory.capacity - weights - memory.other
-        if budget < per_token * reserve <= physical:
-            notes.append(f"the {backend.name} default memory rule leaves {budget / 2**30:.1f} GiB for the KV cache, "
-                         "less than one request: the deployment must set its own memory fraction; the physical "
-                         f"remainder ({physical / 2**30:.1f} GiB) is used")
-            budget = physical
-        if budget <= 0:
-            fits = 0
-        elif per_token <= 0:
-            fits = backend.max_running
-        else:
-            fits = int(budget // (per_token * reserve))
-        max_running = min(fits, backend.max_running)
-        if max_running < 1:
-            raise E.NotCoveredError(
-                f"{config.model_id} at tp {pool.tp} does not fit one request of {dep.isl} + {dep.osl} tokens on "
-                f"{dep.system}: weights {weights / 2**30:.1f} GiB per GPU, KV budget {budget / 2**30:.1f} GiB",
-                values={"weights_gib": round(weights / 2**30, 2), "kv_budget_gib": round(budget / 2**30, 2)},
-                fix="use more GPUs per replica (tp, moe_ep) or a smaller dtype")
-        running = max(1, min(pool.batch, max_running))
+        mem = pool_memory(backend, config, pool, system=dep.system, memory=memory, chunk=chunk,
+                          tokens=dep.isl + dep.osl, reserved=reserved, element=element)
+        notes += mem.notes
+        priced = _Steps(db, dep, config.model_id, pool, version, has_moe, allow_substitute)
+        running = max(1, min(pool.batch, mem.max_running))
         decode_batch = math.ceil(running / pool.pp)
         packed = packed_requests(running, dep.isl, chunk) if dep.isl <= chunk else 1
         one = priced.prefill_one(dep.isl, chunk)
         packed_ms = priced.ms(prefill=SeqChunk(packed, dep.isl, 0)) if dep.isl <= chunk else one
-        decode_step = priced.cost(decode=DecodePart(decode_batch, kv_mean))
+        prefill_ops = priced.launches
+        decode_step, graphed = _decode_step(priced, backend, memory.capacity, decode_batch, kv_mean, notes)
         decode_ms = float(decode_step.total_ms or 0.0) + priced.hop_ms
         capped_ms = priced.ms(prefill=SeqChunk(packed, min(chunk, dep.isl), 0),
                               decode=DecodePart(decode_batch, kv_mean))
-        inputs = AggInputs(pool.batch, dep.isl, dep.osl, one, packed, packed_ms, decode_ms, capped_ms, max_running)
-        steps = {"prefill_one": {"ms": one, "chunk_tokens": chunk},
-                 "prefill_packed": {"ms": packed_ms, "requests": packed},
-                 "decode": {"ms": decode_ms, "batch": decode_batch, "kv": kv_mean,
-                            "components": decode_step.components},
-                 "mixed": {"ms": capped_ms, "prefill_tokens": packed * min(chunk, dep.isl),
-                           "decode_batch": decode_batch}}
-        memory_doc = {"weights_gib_per_gpu": weights / 2**30, "kv_budget_gib_per_gpu": budget / 2**30,
-                      "kv_bytes_per_token": per_token, "max_running": max_running}
-        return Priced(dep, inputs, steps, memory_doc, pool.batch * pool.attention_dp, pool.gpus_per_worker,
-                      priced.kinds, priced.versions, notes + priced.notes, priced)
+        inputs = AggInputs(pool.batch, dep.isl, dep.osl, one, packed, packed_ms, decode_ms, capped_ms,
+                           mem.max_running, prefill_ops, len(chunks(dep.isl, chunk)), backend.scheduler)
+        agg_steps = {"prefill_one": {"ms": one, "chunk_tokens": chunk},
+                     "prefill_packed": {"ms": packed_ms, "requests": packed, "ops": prefill_ops},
+                     "decode": {"ms": decode_ms, "batch": decode_batch, "kv": kv_mean, "graphed": graphed,
+                                "components": decode_step.components},
+                     "mixed": {"ms": capped_ms, "prefill_tokens": packed * min(chunk, dep.isl),
+                               "decode_batch": decode_batch}}
+        return Priced(dep, inputs, agg_steps, mem.to_dict(), pool.batch * pool.attention_dp, pool.gpus_per_worker,
+                      priced.kinds, priced.versions, notes + priced.notes + _substituted(priced.substitutions),
+                      config.dtypes_served(), fallbacks=sorted(priced.fallbacks),
+                      substitutions=sorted(priced.substitutions), pricer=priced)
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
-    pre = _Steps(db, dep, config.model_id, dep.prefill, version, has_moe)
-    dec = _Steps(db, dep, config.model_id, dep.decode, version, has_moe)
+    pre_mem = pool_memory(backend, config, dep.prefill, system=dep.system, memory=memory, chunk=chunk,
+                          tokens=dep.isl, reserved=dep.isl, element=element, what="prefill")
+    dec_mem = pool_memory(backend, config, dep.decode, system=dep.system, memory=memory, chunk=chunk,
+                          tokens=dep.isl + dep.osl, reserved=reserved, element=element, what="decode")
+    notes += pre_mem.notes + dec_mem.notes
+    dec = _Steps(db, dep, config.model_id, dep.decode, version, has_moe, allow_substitute)
+    decode_step, graphed = _decode_step(dec, backend, memory.capacity, dep.decode.batch, kv_mean, notes)
+    decode_ms = float(decode_step.total_ms or 0.0) + dec.hop_ms
+    memory_doc: dict[str, Any] = {"prefill": pre_mem.to_dict(), "decode": dec_mem.to_dict()}
+    steps: dict[str, Any] = {"decode": {"ms": decode_ms, "batch": dep.decode.batch, "kv": kv_mean,
+                                        "graphed": graphed, "components": decode_step.components}}
+    if dep.prefill.workers is None or dep.decode.workers is None:
+        reason = ("TTFT needs the topology: without prefill_num_workers and decode_num_workers the prefill pool's "
+                  "load is unknown (two such exports of one configuration differ 10x in TTFT); TPOT is the decode "
+                  "pool's step")
+        inputs = DisaggInputs(None, dep.isl, dep.osl, None, None, None, 1, decode_ms, None)
+        return Priced(dep, inputs, steps, memory_doc, None, None, dec.kinds, dec.versions,
+                      notes + dec.notes + _substituted(dec.substitutions), config.dtypes_served(),
+                      ttft_reason=reason, fallbacks=sorted(dec.fallbacks), substitutions=sorted(dec.substitutions))
+    pre = _Steps(db, dep, config.model_id, dep.prefill, version, has_moe, allow_substitute)
     batch = dep.prefill.batch or 1
     packed = packed_requests(batch, dep.isl, chunk) if dep.isl <= chunk else 1
     one = pre.prefill_one(dep.isl, chunk)
     packed_ms = pre.ms(prefill=SeqChunk(packed, dep.isl, 0)) if dep.isl <= chunk else one
-    decode_step = dec.cost(decode=DecodePart(dep.decode.batch, kv_mean))
-    decode_ms = float(decode_step.total_ms or 0.0) + dec.hop_ms
+    prefill_ops = pre.launches
     concurrency = dep.decode.batch * dep.decode.workers * dep.decode.attention_dp
-    gpu = gpu_spec(dep.system)
-    link = gpu.inter_node_bw  # the pools sit on different nodes (on GB200/GB300 racks: NVLink)
-    element = kv_element_bytes(dep.backend, config.quantization.gemm)
     kv_all = kv_bytes_per_token(config, 1, dep.isl + dep.osl, element) * dep.isl  # the whole request's cache
-    transfer_ms = kv_all / (link * dep.prefill.gpus_per_worker) * 1000.0 + gpu.p2p_latency * 1000.0
+    transfer_ms = kv_transfer_ms(kv_all, system=dep.system, gpus=dep.prefill.gpus_per_worker)
     inputs = DisaggInputs(concurrency, dep.isl, dep.osl, dep.prefill.workers * dep.prefill.attention_dp, one,
-                          packed_ms, packed, decode_ms, transfer_ms)
+                          packed_ms, packed, decode_ms, transfer_ms, prefill_ops, len(chunks(dep.isl, chunk)))
     steps = {"prefill_one": {"ms": one, "chunk_tokens": chunk},
-             "prefill_packed": {"ms": packed_ms, "requests": packed},
-             "decode": {"ms": decode_ms, "batch": dep.decode.batch, "kv": kv_mean,
-                        "components": decode_step.components}}
+             "prefill_packed": {"ms": packed_ms, "requests": packed, "ops": prefill_ops}, **steps}
     gpus = dep.prefill.workers * dep.prefill.gpus_per_worker + dep.decode.workers * dep.decode.gpus_per_worker
-    return Priced(dep, inputs, steps, {"kv_transfer_bytes": kv_all}, concurrency, gpus, pre.kinds + dec.kinds,
-                  {**pre.versions, **dec.versions}, notes + pre.notes + dec.notes)
+    memory_doc["kv_transfer_bytes"] = kv_all
+    return Priced(dep, inputs, steps, memory_doc, concurrency, gpus, pre.kinds + dec.kinds,
+                  {**pre.versions, **dec.versions},
+                  notes + pre.notes + dec.notes + _substituted(pre.substitutions | dec.substitutions),
+                  config.dtypes_served(), fallbacks=sorted(pre.fallbacks | dec.fallbacks),
+                  substitutions=sorted(pre.substitutions | dec.substitutions))
 
 
 def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
@@ -533,22 +553,27 @@ def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
         times = aggregated(priced.inputs, constants)
     else:
         times = disaggregated(priced.inputs, constants)
-    cycle_ms = times.ttft_ms + (dep.osl - 1) * times.tpot_ms
-    per_gpu = priced.concurrency * dep.osl / cycle_ms * 1000.0 / priced.gpus
+    per_gpu: float | None = None
+    if times.ttft_ms is not None and priced.concurrency is not None and priced.gpus:
+        cycle_ms = times.ttft_ms + (dep.osl - 1) * times.tpot_ms
+        per_gpu = priced.concurrency * dep.osl / cycle_ms * 1000.0 / priced.gpus
     serving = {**times.detail, "constants": {"source": source, **vars(constants)}, "memory": priced.memory,
                "concurrency": priced.concurrency}
+    if priced.ttft_reason is not None:
+        serving["ttft_reason"] = priced.ttft_reason
     provenance = {"versions": dict(sorted(priced.versions.items())), "kinds": dict(sorted(priced.kinds.items())),
-                  "version_asked": dep.version}
+                  "version_asked": dep.version, "fallbacks": list(priced.fallbacks),
+                  "substitutions": list(priced.substitutions)}
     return Prediction(dep, times.ttft_ms, times.tpot_ms, 1000.0 / times.tpot_ms, per_gpu, priced.gpus,
-                      priced.steps, serving, provenance, list(priced.notes))
+                      priced.steps, serving, provenance, list(priced.notes), dict(priced.served))
 
 
-def predict(db: Database, dep: Deployment, *, fitted: bool = True) -> Prediction:
-    """TTFT and TPOT of ``dep``: :func:`price`, then the serving model with the backend's fitted
-    constants (or physics only)."""
+def predict(db: Database, dep: Deployment, *, fitted: bool = True, allow_substitute: bool = False) -> Prediction:
+    """TTFT and TPOT of ``dep``: :func:`price`, then the serving model with the constants its
+    backend carries for its mode and GPU generation (or physics only)."""
     constants, source = constants_for(dep, fitted)
-    return solve(price(db, dep), constants, source)
+    return solve(price(db, dep, allow_substitute=allow_substitute), constants, source)
 
 
-__all__ = ["FIELDS", "Deployment", "Pool", "Prediction", "Priced", "constants_for", "deployment_from_row",
+__all__ = ["FIELDS", "KV_BYTES", "Deployment", "Pool", "Prediction", "Priced", "constants_for", "deployment_from_row",
            "kv_bytes_per_token", "predict", "price", "served_model", "solve", "weight_bytes_per_gpu"]

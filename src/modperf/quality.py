@@ -336,7 +336,8 @@ def _cross_file(tables: Sequence[KeyedTable], results: Sequence[FileQuality], th
 
 def _version_note(kt: KeyedTable) -> dict[str, Any] | None:
     recorded = list(kt.recorded_versions)
-    if kt.ref.version is None or not recorded or recorded == [kt.ref.version]:
+    # (a library table filed in a framework folder: check's placement finding says it already)
+    if kt.ref.version is None or not recorded or recorded == [kt.ref.version] or kt.ref.misplaced is not None:
         return None
     return {"kind": "version_column", "folder": kt.ref.version, "recorded": recorded}
 

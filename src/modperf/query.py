@@ -35,7 +35,7 @@ from .answer import Answer, extrapolation_of, fast_answer, quality_notes
 from .buckets import NATIVE, KeyedTable
 from .deployment import geometry_mismatch, local_heads, nearest_native
 from .families import registry
-from .families.base import HEADS, TP, PointTest, Tier
+from .families.base import DTYPE_KEYS, HEADS, TP, PointTest, Tier
 from .interp import (
     EXACT,
     EXTRAPOLATION_LIMIT,
@@ -500,24 +500,39 @@ class QueryEngine:
 
     def _point(self, plan: _Plan, fields: Mapping[str, Any]) -> list[int]:
         point: list[int] = []
-        keyed_help = None
         for name in plan.axis_fields:
             if name == HEADS:
                 assert plan.local is not None  # a single query's plan with a heads axis resolved it (_plan)
                 point.append(plan.local)
                 continue
             value = fields.get(name)
-            if value is None:
-                value = plan.fixed.get(name)
-                if value is None:
-                    keyed_help = keyed_help or self.store.table(*_slot_of(plan.template))
-                    raise E.QueryFieldError(
-                        f"missing field {name!r}", values={"field": name, "table": plan.template.table},
-                        fix=_field_help(keyed_help))
-            elif type(value) is not int or value not in limits.range_of(name):
-                value = _as_int(name, value, self.store.table(*_slot_of(plan.template)))
+            if type(value) is not int or value not in limits.range_of(name):
+                try:
+                    value = self.axis_value(plan, name, value)
+                except E.ModperfError:
+                    # a value that is not a scalar is refused as a fresh resolution refuses it
+                    # (the plan cache must not change a line's error: a batch's lines answer
+                    # alike whether or not an earlier line resolved their plan)
+                    _check_names(fields)
+                    raise
             point.append(value)
         return point
+
+    def axis_value(self, plan: _Plan, name: str, value: Any) -> int:
+        """The point's coordinate on axis ``name`` (a field of ``plan``) for the field's value:
+        an integer in its range as it is, text or another number parsed (modperf.limits), None
+        the plan's fixed value; a QueryFieldError naming the field otherwise. It depends on the
+        plan, the name and the value alone (a batch keeps it per value)."""
+        if value is None:
+            fixed = plan.fixed.get(name)
+            if fixed is None:
+                raise E.QueryFieldError(
+                    f"missing field {name!r}", values={"field": name, "table": plan.template.table},
+                    fix=_field_help(self.store.table(*_slot_of(plan.template))))
+            return fixed
+        if type(value) is int and value in limits.range_of(name):
+            return value
+        return _as_int(name, value, self.store.table(*_slot_of(plan.template)))
 
     def _refusal(self, plan: _Plan, point: list[int], found: Lookup) -> E.OutOfCoverageError:
         grid = plan.grid
@@ -745,6 +760,8 @@ class QueryEngine:
         config = self.models.get(str(model)) if model is not None else None
         native_q: int | None = None
         if config is not None:
+            if config.resolution:  # a name the config is not filed under: which config answered
+                notes.append(config.resolution)
             native_q = config.native_heads
             given_native = fields.get("native_heads")
             if given_native is not None and _as_int("native_heads", given_native, None, minimum=1) != native_q:
@@ -781,14 +798,17 @@ class QueryEngine:
         layer_native = native_q
         if config is not None:
             layer = fields.get("layer")
-            from .resolve import derive  # on use: only a question naming a model derives its fields
+            from .resolve import derive, serve  # on use: only a question naming a model derives its fields
 
-            d = derive(config, family, table, spec.phase, set(index.group_names) | set(spec.axes), tp=tp_v,
-                       layer=None if layer is None else str(layer), given=given)
+            keys = set(index.group_names) | set(spec.axes)
+            # the dtypes the question gives are the deployment's choice: the model served in them
+            config = serve(self.models, config, {k: v for k, v in fields.items() if k in keys})
+            d = derive(config, family, table, spec.phase, keys, tp=tp_v, layer=None if layer is None else str(layer),
+                       given=given)
             layer_native = d.native
             notes += d.notes
             for name, value in d.fields.items():
-                if name in fields and str(fields[name]) != str(value):
+                if name in fields and name not in d.choices and str(fields[name]) != str(value):
                     raise E.ContradictionError(
                         f"{name}={fields[name]} contradicts {model}" + (f" at tp_size {tp_v}" if tp_v else "")
                         + f": {d.reasons[name]}",
@@ -872,10 +892,12 @@ class QueryEngine:
                 given_key = {n: v for n, v in known.items() if n in positions}
                 near = sorted(index.groups, key=lambda g: (sum(g[positions[n]] != v for n, v in given_key.items()),
                                                            tuple(map(str, g))))[:3]
+                own_native = {NATIVE if tier is Tier.NATIVE_LOCAL else HEADS: native_q} if keys_native else {}
+                dtypes = self._dtype_fix(index, {**given_key, **own_native}, config)
                 raise E.NotCoveredError(
                     f"{table} ({keyed.ref.label}) holds no bucket with {given_key}",
                     values={"nearest_covered_keys": [dict(zip(index.group_names, g)) for g in near]},
-                    fix="use the values of a covered key (nearest listed)")
+                    fix=(f"{dtypes}; or " if dtypes else "") + "use the values of a covered key (nearest listed)")
             # the lane column last: a backend picks its kernel for the dtypes already settled
             lane_column = spec.lane.column if spec.lane is not None else None
             for name in sorted(missing, key=lambda n: n == lane_column):
@@ -949,22 +971,23 @@ class QueryEngine:
             if keys_native:
                 natives = self._natives_with(index, group, tier)
                 if not natives:
-                    raise self._not_covered_key(index, group, keyed)
+                    raise self._not_covered_key(index, group, keyed, config)
                 if not allow_substitute:
+                    dtypes = self._dtype_fix(index, dict(zip(index.group_names, group)), config)
                     raise E.NotCoveredError(
                         f"{table} ({keyed.ref.label}) has no native-{native_q} bucket for this key; it holds "
                         f"native head counts {', '.join(map(str, natives))}",
                         values={"native_heads": native_q, "natives_present": natives, "model": model},
-                        fix=f"query a model with one of those natives, or pass allow_substitute=True "
-                            f"(--allow-substitute) to answer from the nearest ({nearest_native(natives, native_q)}), "
-                            "or collect this native")
+                        fix=(f"{dtypes}; or " if dtypes else "") + "query a model with one of those natives, or pass "
+                            f"allow_substitute=True (--allow-substitute) to answer from the nearest "
+                            f"({nearest_native(natives, native_q)}), or collect this native")
                 used_native = nearest_native(natives, native_q)
                 group = group_for(used_native)
                 substituted_from = used_native
                 substitution = (f"native {native_q} is not measured in this table; answered from the nearest "
                                 f"native bucket, {used_native} (allow_substitute)")
             else:
-                raise self._not_covered_key(index, group, keyed)
+                raise self._not_covered_key(index, group, keyed, config)
         buckets = index.groups[group]
         models = tuple(sorted({m for b in buckets for m in keyed.bucket_models[b]}))
         if keys_native and config is not None and substitution is None and models:
@@ -997,6 +1020,8 @@ class QueryEngine:
         resolved_fields.update({k: v for k, v in resolved.items() if k not in resolved_fields})
         if version_note is not None:
             notes.insert(0, version_note)
+        if ref.misplaced is not None:  # a library table served from a framework folder: where it lies
+            notes.append(ref.misplaced.note)
         template = Answer(
             math.nan, "", table, system, backend, version, used_native if keys_native else None,
             local if local is not None else -1, (), (str(ref.path),), models, resolved_fields,
@@ -1047,8 +1072,8 @@ class QueryEngine:
         rest = group[:pos] + group[pos + 1:]
         return sorted({int(g[pos]) for g in index.groups if g[:pos] + g[pos + 1:] == rest})
 
-    @staticmethod
-    def _not_covered_key(index: TableIndex, group: tuple[Any, ...], keyed: KeyedTable) -> E.NotCoveredError:
+    def _not_covered_key(self, index: TableIndex, group: tuple[Any, ...], keyed: KeyedTable,
+                         config: ModelConfig | None) -> E.NotCoveredError:
         names = index.group_names
 
         def differs(g: tuple[Any, ...]) -> list[str]:
@@ -1057,11 +1082,44 @@ class QueryEngine:
         ranked = sorted(index.groups, key=lambda g: (len(differs(g)), tuple(map(str, g))))
         nearest = [dict(zip(names, g)) for g in ranked[:3]]
         asked = dict(zip(names, group))
+        dtypes = self._dtype_fix(index, asked, config)
         return E.NotCoveredError(
             f"{keyed.ref.table} ({keyed.ref.label}) holds no bucket with key {asked}",
             values={"nearest_covered_keys": nearest},
-            fix=f"use one of the covered keys (nearest listed); columns differing from the nearest: "
+            fix=(f"{dtypes}; or " if dtypes else "")
+                + f"use one of the covered keys (nearest listed); columns differing from the nearest: "
                 f"{', '.join(differs(ranked[0])) if ranked else '-'}")
+
+    def _dtype_fix(self, index: TableIndex, asked: Mapping[str, Any], config: ModelConfig | None) -> str | None:
+        """Where the table measured the asked key with other dtypes only (a dtype is the
+        deployment's choice): those dtypes as a fix, given as fields (options) and, for the
+        dtypes weights are served in, as the served variant of the model. None otherwise."""
+        names = index.group_names
+        same = [(i, asked[n]) for i, n in enumerate(names) if n in asked and n not in DTYPE_KEYS]
+        dtype_at = [(i, n) for i, n in enumerate(names) if n in DTYPE_KEYS and n in asked]
+        changes = {tuple((n, g[i]) for i, n in dtype_at if g[i] != asked[n])
+                   for g in index.groups if all(g[i] == v for i, v in same)}
+        changes.discard(())
+        if not changes:
+            return None
+        from .resolve import SERVED_COLUMNS  # on use: only a miss names a served variant
+
+        own = config.checkpoint if config is not None else None
+
+        def not_own(change: tuple[tuple[str, Any], ...]) -> bool:  # the checkpoint's own dtypes first
+            return own is None or any(str(v) != getattr(own, SERVED_COLUMNS.get(n, ""), None) for n, v in change)
+
+        ranked = sorted(changes, key=lambda c: (len(c), not_own(c), tuple(map(str, c))))[:3]
+        spelled = " or ".join(", ".join(f"{n}={v}" for n, v in c) for c in ranked)
+        first = ranked[0]
+        options = " ".join(f"--{n.replace('_', '-')} {v}" for n, v in first)
+        text = f"the table measured this key with {spelled} (a dtype is the deployment's choice): give it ({options})"
+        parts = {SERVED_COLUMNS[n]: str(v) for n, v in first if n in SERVED_COLUMNS}
+        if config is not None and parts:
+            variant = self.models.served(config, **parts).model_id
+            if "@" in variant:
+                text += f", or ask for the served variant {variant}"
+        return text
 
 
 #: Every interpolation axis any family declares: the numeric part of a query, left out of the

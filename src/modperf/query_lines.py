@@ -7,14 +7,21 @@ points go through the plan's grid in one vectorised lookup (:meth:`Grid.lookup_m
 latencies bit for bit as the scalar lookup), and each answer line is the plan's JSON text with
 the point's parts filled in. A group's refused points get their nearest measured cells from
 one vectorised search and their error line from the plan's refusal text; an extrapolated
-point its scalar lookup written into the plan's text. Everything else -- a line whose fields
-would not parse the simple way (a string or float where an integer goes, a missing axis), a
-plan that does not resolve, a lane table -- is answered by the reference path,
-``engine.query`` then the JSON writer, line by line; the text of a refused or extrapolated
-point is kept per (plan, point) for the batch, since it depends on nothing else. The lines of
-one shape (:class:`modperf.batch.Shape`: their bytes equal but for their axis integers) come as
-columns of those integers (:meth:`LineAnswerer.answer_shaped`): one plan, no dict per line.
-``tests/test_query_lines.py`` checks the output against the reference byte for byte.
+point its scalar lookup written into the plan's text. A lane table's lines go lane by lane
+(each line's lane from its point). A value where an integer goes that is not one (text, a
+float, null) is read once per value as the query reads it (:meth:`QueryEngine.axis_value`:
+its coordinate, or its error line); a plan whose resolution is refused gives its error line
+to every line of the group, once for the batch. What is left -- a value that is not a scalar,
+a non-finite latency, an axis the table does not have -- is answered by the reference path,
+``engine.query`` then the JSON writer, line by line (a refused line's text kept); the text of
+a refused or extrapolated point is kept per (plan, point) for the batch, since it depends on
+nothing else (a line's answer depends on its fields alone, never on the lines before it). The
+lines of one shape (:class:`modperf.batch.Shape`: their bytes equal but for their axis
+integers) come as columns of those integers (:meth:`LineAnswerer.answer_shaped`): one plan, no
+dict per line.
+``tests/test_query_lines.py`` checks the output against the reference byte for byte. A short
+batch answers from persisted plans first (:mod:`modperf.plan_lines`) and hands this path the
+lines no plan answers.
 """
 
 from __future__ import annotations
@@ -29,21 +36,35 @@ import numpy as np
 
 from . import errors as E
 from . import limits
-from .answer import Answer, extrapolation_of
+from .answer import extrapolation_of
+from .answer_text import KIND_TEXT, Template, holes, make_template, reach_parts
 from .batch import error_line
 from .families.base import HEADS
 from .interp import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED, Lookup
 from .jsonio import dumps, dumps_as_is, dumps_small
-from .query import _AXIS_NAMES, QueryEngine, _Plan, refusal_error, refusal_where
+from .query import _AXIS_NAMES, _UNSET, QueryEngine, _Plan, refusal_error, refusal_where
 
-#: Markers standing for the per-point parts while a plan's answer text is made.
-_MARK = "\x01modperf-point-part-{}\x01"
 #: Markers for the parts of a refusal (the error's text escapes control characters).
 _REFUSAL_MARK = "@modperf-refusal-part-{}@"
-_KIND_TEXT = {EXACT: '"exact"', INTERPOLATED: '"interpolated"', EXTRAPOLATED: "", REFUSED: ""}
 #: Plans with a template kept, and points whose slow answer text is kept, at most.
 _KEEP_PLANS = 4096
 _KEEP_POINTS = 1 << 16
+
+
+#: The types of a JSON scalar (what the query's field check accepts from a batch line).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+#: Longest text (characters) of the values a line's kept error is keyed by: a line may hold
+#: megabytes, and a key holds them as long as it is kept.
+_KEY_CHARS = 1024
+
+
+def _scalar_axes(fields: Mapping[str, Any], layout: _Layout) -> bool:
+    """Whether every axis value of a line is a JSON scalar (resolving its plan reads no axis
+    value but to check that)."""
+    for name in layout.axis_names:  # noqa: SIM110  (a loop: no generator per line)
+        if type(fields[name]) not in _SCALARS:
+            return False
+    return True
 
 
 def _kept(store: dict[int, tuple[Any, Any]], plan: _Plan, make: Callable[[_Plan], Any]) -> Any:
@@ -57,18 +78,6 @@ def _kept(store: dict[int, tuple[Any, Any]], plan: _Plan, make: Callable[[_Plan]
         store.clear()
     store[id(plan)] = (plan, made)
     return made
-
-
-class _Template:
-    """One plan's answer text as a %-format: (latency, kind, extrapolation, the axis values
-    in the order the answer's fields list them, quality)."""
-
-    __slots__ = ("field_order", "fmt", "quality")
-
-    def __init__(self, fmt: str, field_order: list[int], quality: bool) -> None:
-        self.fmt = fmt
-        self.field_order = field_order  # positions in the point of the axis values, in text order
-        self.quality = quality  # whether the plan's group has quality findings to look up
 
 
 class _Refusal:
@@ -132,9 +141,13 @@ class LineAnswerer:
     #: the interpolation axes, which are the point, not the plan.
     free = _AXIS_NAMES
 
-    def __init__(self, engine: QueryEngine) -> None:
+    def __init__(self, engine: QueryEngine, *, persist: bool = False) -> None:
         self.engine = engine
-        self._templates: dict[int, tuple[_Plan, _Template | None]] = {}
+        #: Whether the plans this batch resolves are persisted after their first answers
+        #: (modperf.plans: for a short batch, whose next run answers from them; checking a
+        #: plan already on disk costs a process about 15 ms, a long batch's path does not).
+        self.persist = persist
+        self._templates: dict[int, tuple[_Plan, Template | None]] = {}
         self._refusals: dict[int, tuple[_Plan, _Refusal | None]] = {}
         self._nearest_texts: dict[int, tuple[_Plan, dict[tuple[int, ...], tuple[str, str]]]] = {}
         self._extrapolations: dict[int, tuple[_Plan, dict[tuple[str, ...], tuple[str, str] | bool]]] = {}
@@ -142,13 +155,37 @@ class LineAnswerer:
         self._slow: dict[int, tuple[_Plan, dict[tuple[str, ...], tuple[bool, str]]]] = {}
         self._n_slow = 0  # lines kept in all
         self._layouts: dict[tuple[str, ...], _Layout] = {}
+        # per plan: each axis value read as the query reads it (its coordinate, or its error line)
+        self._axis_values: dict[int, tuple[_Plan, dict[tuple[str, type, str], int | tuple[bool, str]]]] = {}
+        # per (field names, values and types of the non-axis fields): the error line of a plan
+        # whose resolution is refused
+        self._failed: dict[tuple[Any, ...], tuple[bool, str]] = {}
+        # per line (field names, values and their types): its error line from the reference path
+        self._line_errors: dict[tuple[Any, ...], tuple[bool, str]] = {}
 
     def reference(self, fields: Mapping[str, Any]) -> tuple[bool, str]:
-        """One line the way :func:`modperf.batch.run_lines` answers it."""
+        """One line the way :func:`modperf.batch.run_lines` answers it. A line refused once is
+        refused again with the same text (kept, for lines of scalar values)."""
+        types = tuple(map(type, fields.values()))
+        key = None
+        if _SCALARS.issuperset(types):
+            # (by each value's text: -0.0 equals 0.0, but an error quotes it as given)
+            texts = tuple(map(repr, fields.values()))
+            if sum(map(len, texts)) + sum(map(len, fields)) <= _KEY_CHARS:
+                key = (tuple(fields), texts, types)
+        found = self._line_errors.get(key) if key is not None else None
+        if found is not None:
+            return found
         try:
             return True, dumps_small(self.engine.query(fields).to_dict())
         except Exception as exc:  # a bad line never stops the batch
-            return False, dumps(error_line(exc))
+            found = (False, dumps(error_line(exc)))
+            typed = isinstance(exc, E.ModperfError)
+        if key is not None and typed:
+            if len(self._line_errors) >= _KEEP_POINTS:
+                self._line_errors.clear()
+            self._line_errors[key] = found
+        return found
 
     def answer(self, items: Sequence[Mapping[str, Any]]) -> list[tuple[bool, str]]:
         """``(ok, line)`` per item, in order: what :meth:`reference` gives for it."""
@@ -208,44 +245,62 @@ class LineAnswerer:
                 out[i] = self.reference(fields)
         return groups
 
-    @staticmethod
-    def _columns(plan: _Plan, layout: _Layout, rows: list[int], items: Sequence[Mapping[str, Any]]
-                 ) -> tuple[list[Any], dict[int, list[str]]] | set[int] | None:
-        """Per axis of the plan, the values of the lines ``rows`` (a line that leaves an axis
-        out, or gives null, takes the plan's fixed value) and their JSON text; or the lines
-        whose value is anything but an in-range plain integer (the reference path parses, or
-        refuses, each such value as a single query does); None where an axis has no value."""
-        cols: list[Any] = []
-        text_cols: dict[int, list[str]] = {}
+    def _columns(self, plan: _Plan, layout: _Layout, rows: list[int], items: Sequence[Mapping[str, Any]]
+                 ) -> tuple[list[Any], dict[int, list[str]]] | dict[int, tuple[bool, str] | None] | None:
+        """Per axis of the plan, the values of the lines ``rows`` and their JSON text: an
+        in-range plain integer as it is, any other value read as the query reads it
+        (:meth:`QueryEngine.axis_value`: text parsed, null or left out the plan's fixed value;
+        kept per value); or, where some line's value is refused, per such line its error line
+        (None: the reference path answers it, for a value that is not a scalar); None where an
+        axis has no value."""
+        columns: list[tuple[int, Any]] = []
         n = len(rows)
-        bad: set[int] = set()
+        failed: dict[int, tuple[bool, str] | None] = {}
         shaped = items if isinstance(items, _ShapedItems) else None
         if shaped is None:
             lines = items if n == len(items) else list(map(items.__getitem__, rows))  # (rows: every line, or some)
         for j, name in enumerate(plan.axis_fields):
             if name == HEADS:
-                cols.append(plan.local)
+                columns.append((j, plan.local))
                 continue
             fixed = plan.fixed.get(name)
             if shaped is not None and name in layout.axis_names:  # (a shape's axes: its lines' own integers)
                 col = shaped.column(name, rows)
             elif name in layout.axis_names:
                 col = list(map(operator.itemgetter(name), lines))
-                if None in col:
-                    if fixed is None:
-                        bad.update(i for i, v in zip(rows, col) if v is None)
-                    col = [fixed if v is None else v for v in col]
             elif fixed is not None:
                 col = [fixed] * n
             else:
                 return None
             rng = limits.range_of(name)
             if set(map(type, col)) != {int} or min(col) < rng.low or max(col) > rng.high:
-                bad.update(i for i, v in zip(rows, col) if type(v) is not int or not rng.low <= v <= rng.high)
-                continue
-            cols.append(np.array(col, dtype=np.int64))
-            text_cols[j] = list(map(int.__repr__, col))
-        return bad if bad else (cols, text_cols)
+                read = _kept(self._axis_values, plan, lambda _: {})
+                for k, (i, v) in enumerate(zip(rows, col)):
+                    if type(v) is int and rng.low <= v <= rng.high:
+                        continue
+                    if type(v) not in _SCALARS:
+                        failed[i] = None  # (the query's field check refuses the line: by reference)
+                        continue
+                    key = (name, type(v), repr(v))  # (by its text: -0.0 equals 0.0, but an error quotes it)
+                    found = read.get(key)
+                    if found is None:
+                        try:
+                            found = self.engine.axis_value(plan, name, v)
+                        except E.ModperfError as exc:
+                            found = (False, dumps(error_line(exc)))
+                        if len(key[2]) <= _KEY_CHARS:  # (long text is not kept: a key holds it)
+                            if len(read) >= _KEEP_POINTS:
+                                read.clear()
+                            read[key] = found
+                    if type(found) is int:
+                        col[k] = found
+                    else:
+                        failed.setdefault(i, found)  # (the first axis refused is the line's error)
+            columns.append((j, col))
+        if failed:
+            return failed
+        cols = [c if isinstance(c, int) else np.array(c, dtype=np.int64) for _, c in columns]
+        return cols, {j: list(map(int.__repr__, c)) for j, c in columns if not isinstance(c, int)}
 
     def _layout(self, names: tuple[str, ...]) -> _Layout:
         if len(self._layouts) >= _KEEP_PLANS:
@@ -258,25 +313,85 @@ class LineAnswerer:
     def _group(self, layout: _Layout, rows: list[int],
                items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]) -> None:
         engine = self.engine
-        try:
-            plan = engine._cached_plan(items[rows[0]])
-        except Exception:
-            return  # every line of the group through the reference path (it raises there too)
-        if plan.lanes is not None:
-            return  # the kernel is picked per point: the reference path
+        first = items[rows[0]]
+        values = layout.plan_values(first)
+        types = tuple(map(type, values))
+        names = tuple(first)
+        # (a group keeps -0.0 and 0.0 together, which an error quotes apart: no float; long
+        # text is not kept for the batch, which a key would hold)
+        failed_key = (names, values, types) if float not in types else None
+        refusal = self._failed.get(failed_key) if failed_key is not None else None
+        if refusal is None:
+            try:
+                plan = engine._cached_plan(first)
+            except E.ModperfError as exc:
+                # the plan's fields are refused (a contradiction, a key the table does not
+                # cover, an unknown field): that error is every line's whose axis values are
+                # scalars, whatever its point (resolution reads no axis value but to check
+                # that it is a scalar)
+                if failed_key is None or not _scalar_axes(first, layout):
+                    return  # (refused for its own value, maybe: every line by reference)
+                refusal = (False, dumps(error_line(exc)))
+                if sum(len(v) for v in (*names, *values) if type(v) is str) <= _KEY_CHARS:
+                    if len(self._failed) >= _KEEP_PLANS:
+                        self._failed.clear()
+                    self._failed[failed_key] = refusal
+            except Exception:
+                return  # every line of the group through the reference path (it raises there too)
+        if refusal is not None:
+            if isinstance(items, _ShapedItems):  # (a shape's axis values are its integers)
+                for i in rows:
+                    out[i] = refusal
+            else:
+                for i in rows:
+                    if _scalar_axes(items[i], layout):
+                        out[i] = refusal
+            return
         axis_fields = plan.axis_fields
         if any(k not in axis_fields for k in layout.axis_names):
             return  # an axis the table does not have: the reference path names the table's keys
-        template = self._template(plan)
-        if template is None:
-            return
         columns = self._columns(plan, layout, rows, items)
-        if isinstance(columns, set):  # some lines' values are not in-range integers: those by reference
+        if isinstance(columns, dict):  # some lines' values are refused: their error lines (or by reference)
+            for i, line in columns.items():
+                if line is not None:
+                    out[i] = line
             rows = [i for i in rows if i not in columns]
             columns = self._columns(plan, layout, rows, items) if rows else None
         if not isinstance(columns, tuple):
             return
         cols, text_cols = columns
+        if plan.lanes is None:
+            self._answer_points(plan, rows, cols, text_cols, items, out)
+            if plan.pending is not None and self.persist:  # its first answers: kept for the next process
+                if engine.annotate_quality and plan.quality_found is _UNSET:
+                    plan.quality_found = engine._quality_found(plan)
+                engine._persist(plan, first)
+            return
+        # the kernel is picked per point (a lane rule): each lane's points through its plan
+        for lane, at in self._lanes(plan, cols, len(rows)):
+            self._answer_points(lane, [rows[r] for r in at], [c if isinstance(c, int) else c[at] for c in cols],
+                                {j: [t[r] for r in at] for j, t in text_cols.items()}, items, out)
+
+    @staticmethod
+    def _lanes(plan: _Plan, cols: list[Any], n: int) -> list[tuple[_Plan, list[int]]]:
+        """Per lane that runs some of the points ``cols`` (``n`` of them): the lane's plan
+        (:meth:`modperf.query._Plan.lane_for`) and the positions of its points."""
+        columns = [itertools.repeat(c, n) if isinstance(c, int) else c.tolist() for c in cols]
+        by_lane: dict[int, tuple[_Plan, list[int]]] = {}
+        for r, point in enumerate(zip(*columns)):
+            lane = plan.lane_for(dict(zip(plan.axis_fields, point)))
+            by_lane.setdefault(id(lane), (lane, []))[1].append(r)
+        return list(by_lane.values())
+
+    def _answer_points(self, plan: _Plan, rows: list[int], cols: list[Any], text_cols: dict[int, list[str]],
+                       items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]) -> None:
+        """The lines ``rows`` of one plan (no lane rule), their axis values ``cols`` (an int
+        where one value stands for every line) and their text ``text_cols``: answered into
+        ``out``, left None where the reference path is to answer."""
+        engine = self.engine
+        template = self._template(plan)
+        if template is None:
+            return
         lat, kinds, spent = plan.grid.lookup_many_spent(cols)
         texts = [text_cols[j] for j in template.field_order]
         fmt = template.fmt
@@ -292,13 +407,13 @@ class LineAnswerer:
             sel_rows, sel_lat, sel_kind = list(map(rows.__getitem__, at)), list(map(latencies.__getitem__, at)), \
                 kinds[plain].tolist()
             sel_texts = [list(map(t.__getitem__, at)) for t in texts]
-        lines = [fmt % parts for parts in zip(sel_lat, map(_KIND_TEXT.__getitem__, sel_kind),
+        lines = [fmt % parts for parts in zip(sel_lat, map(KIND_TEXT.__getitem__, sel_kind),
                                               itertools.repeat("null"), *sel_texts, itertools.repeat("null"))]
         if template.quality:
             for n, (r, kind) in enumerate(zip(at, sel_kind)):
                 notes = engine._quality_of(plan, [c if isinstance(c, int) else int(c[r]) for c in cols])
                 if notes is not None:
-                    lines[n] = fmt % (latencies[r], _KIND_TEXT[kind], "null", *[t[r] for t in texts],
+                    lines[n] = fmt % (latencies[r], KIND_TEXT[kind], "null", *[t[r] for t in texts],
                                       dumps_small(notes))
         for i, line in zip(sel_rows, lines):
             out[i] = (True, line)
@@ -346,7 +461,7 @@ class LineAnswerer:
         self._n_slow += adding
         return self._slow_of(plan)
 
-    def _extrapolate(self, plan: _Plan, template: _Template, cols: list[Any], texts: list[list[str]],
+    def _extrapolate(self, plan: _Plan, template: Template, cols: list[Any], texts: list[list[str]],
                      latencies: list[str], spent: np.ndarray, extrapolated: list[tuple[int, int]],
                      items: Sequence[Mapping[str, Any]], out: list[tuple[bool, str] | None]) -> None:
         """The answer lines of a group's extrapolated points (positions in the group, lines):
@@ -388,19 +503,10 @@ class LineAnswerer:
     def _extrapolation_text(plan: _Plan, axes: tuple[str, ...]) -> tuple[str, str] | bool:
         """The plan's extrapolation part for points beyond the range of ``axes``, as the text
         before and after the distance; False where a marker distance does not show once."""
-        marker = 987654.321  # (round(marker, 6) is marker)
-        found = Lookup(0.0, EXTRAPOLATED, marker, (), axes)
-        try:
-            text = dumps_as_is(extrapolation_of(plan.grid, plan.extrapolation_model, found))
-        except ValueError:
-            return False
-        mark = float.__repr__(marker)
-        if text.count(mark) != 1:
-            return False
-        before, after = text.split(mark)
-        return before, after
+        found = Lookup(0.0, EXTRAPOLATED, 0.0, (), axes)  # (the distance: reach_parts' marker)
+        return reach_parts(extrapolation_of(plan.grid, plan.extrapolation_model, found))
 
-    def _extrapolated(self, plan: _Plan, template: _Template, point: list[int], texts: list[str]
+    def _extrapolated(self, plan: _Plan, template: Template, point: list[int], texts: list[str]
                       ) -> tuple[bool, str] | None:
         """An extrapolated point's answer line: its scalar lookup written into the plan's
         template; None where the reference path must write it (a non-finite number)."""
@@ -492,73 +598,17 @@ class LineAnswerer:
             return None
         cell_fmt = "{" + ", ".join(f"'{a}': %s" for a in axes) + "}"
         # (the point's hole written as its axis values' holes: identifiers hold no %)
-        return _Refusal(_holes(text, tokens, positions, order, {0: cell_fmt}), cell_fmt)
+        return _Refusal(holes(text, tokens, positions, order, {0: cell_fmt}), cell_fmt)
 
-    def _template(self, plan: _Plan) -> _Template | None:
+    def _template(self, plan: _Plan) -> Template | None:
         return _kept(self._templates, plan, self._make_template)
 
-    def _make_template(self, plan: _Plan) -> _Template | None:
-        """The plan's answer as ``to_dict`` gives it and the JSON writer writes it, with markers
-        where the point's parts go; None where that text cannot be trusted (a marker that the
-        fields themselves hold, a value the writer would rewrite)."""
+    def _make_template(self, plan: _Plan) -> Template | None:
+        """The plan's answer line as a %-format (modperf.answer_text.make_template); None where
+        that text cannot be trusted."""
         engine = self.engine
-        t = plan.template
-        axis_fields = plan.axis_fields
-        # the heads the answer says it used depend on the heads coordinate only, one per plan
-        heads_used: tuple[int, ...] = ()
-        if HEADS in axis_fields:
-            local = plan.local
-            assert local is not None
-            probe = [local if n == HEADS else int(plan.grid.values[j][0]) for j, n in enumerate(axis_fields)]
-            heads_used = plan.grid.lookup(probe).heads_used
-        answer = object.__new__(Answer)
-        answer.__dict__.update(t.__dict__)
-        marks = iter(range(1 << 30))
-        answer.latency_ms = _MARK.format(next(marks))  # type: ignore[assignment]
-        answer.kind = _MARK.format(next(marks))
-        if heads_used:
-            answer.locals_used = heads_used
-        answer.extrapolation = _MARK.format(next(marks))  # type: ignore[assignment]
-        resolved = dict(t.fields)
-        axis_mark: dict[str, int] = {}
-        for name in axis_fields:
-            if name != HEADS:
-                axis_mark[name] = next(marks)
-                resolved[name] = _MARK.format(axis_mark[name])
-        answer.fields = resolved
-        answer.quality = _MARK.format(next(marks))  # type: ignore[assignment]
-        try:
-            text = dumps_as_is(answer.to_dict())
-        except (ValueError, TypeError):
-            return None
-        tokens = [dumps_as_is(_MARK.format(k)) for k in range(next(marks))]
-        if any(text.count(tok) != 1 for tok in tokens) or "\x01" in text.replace("\\u0001", ""):
-            return None
-        positions = [text.index(tok) for tok in tokens]
-        # the text's order of the parts: latency, kind, extrapolation, fields (in their dict
-        # order), quality -- as to_dict lists them
-        in_text = sorted(range(len(tokens)), key=positions.__getitem__)
-        field_marks = [k for k in in_text if k not in (0, 1, 2, len(tokens) - 1)]
-        if in_text[:3] != [0, 1, 2] or in_text[-1] != len(tokens) - 1:
-            return None
-        by_mark = {axis_mark[n]: j for j, n in enumerate(axis_fields) if n != HEADS}
         has_quality = engine.annotate_quality and engine._quality_found(plan) is not None
-        return _Template(_holes(text, tokens, positions, in_text), [by_mark[k] for k in field_marks], has_quality)
-
-
-def _holes(text: str, tokens: list[str], positions: list[int], order: list[int],
-           fills: Mapping[int, str] | None = None) -> str:
-    """``text`` as a %-format: each marker token (at its position, in text order ``order``) a
-    ``%s`` hole (or the format ``fills`` gives for it), every literal ``%`` doubled."""
-    pieces = []
-    last = 0
-    fills = fills or {}
-    for k in order:
-        pieces.append(text[last:positions[k]].replace("%", "%%"))
-        pieces.append(fills.get(k, "%s"))
-        last = positions[k] + len(tokens[k])
-    pieces.append(text[last:].replace("%", "%%"))
-    return "".join(pieces)
+        return make_template(plan.template, plan.axis_fields, plan.grid, plan.local, has_quality)
 
 
 __all__ = ["LineAnswerer"]

@@ -12,11 +12,15 @@ the model already fixes. :func:`derive` reads it from the HF config, for one tab
   kinds exist;
 * the shard: rank-local heads ``native / tp`` and, in families keying kv heads, the rank-local
   kv heads by the backends' sharding rule (:func:`modperf.deployment.local_kv_heads`);
-* the GEMM dtype the checkpoint's weights are stored in (:class:`modperf.models.Quantization`),
-  for the table's ``gemm_type`` / ``gemm_dtype`` column.
+* the dtypes the weights are served in (:class:`modperf.models.Quantization`), for the table's
+  ``gemm_type`` / ``gemm_dtype`` (dense linear layers) and ``moe_dtype`` (routed experts)
+  columns: the checkpoint's unless the deployment chose others.
 
-Each derived value carries the reason, so that a field the user gives that contradicts it is
-refused with the field, the value given, the value derived and why.
+Each derived value carries the reason. What the config fixes physically is refused when a field
+the user gives contradicts it (the field, the value given, the value derived and why). A dtype
+is the deployment's choice: :func:`serve` turns the dtypes a question gives into the served
+model (:meth:`modperf.models.ModelRegistry.served`), so the user's value wins and the reason says
+what the checkpoint stores.
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ from . import errors as E
 from .deployment import local_heads, local_kv_heads
 from .families.base import Family
 from .layers import AttentionLayer, layer_schedule
-from .models import ModelConfig
+from .models import ModelConfig, ModelRegistry
 
-#: Key columns holding the dense linear layers' dtype.
-GEMM_DTYPE_COLUMNS = ("gemm_type", "gemm_dtype")
+#: Key columns whose value is a dtype the weights are served in, and which part of the served
+#: dtypes (:class:`modperf.models.Quantization`) each is: the checkpoint's by default, the
+#: deployment's choice where given.
+SERVED_COLUMNS = {"gemm_type": "gemm", "gemm_dtype": "gemm", "moe_dtype": "moe"}
+#: What each part of the served dtypes quantizes, for the reasons answers give.
+_WEIGHTS = {"gemm": "linear layers", "moe": "routed experts"}
 
 
 @dataclass
@@ -46,6 +54,8 @@ class Derivation:
     fields: dict[str, Any] = field(default_factory=dict)  # key column -> derived value
     reasons: dict[str, str] = field(default_factory=dict)  # key column -> why
     notes: list[str] = field(default_factory=list)
+    #: Derived columns that are the deployment's choice (dtypes), not the config's physics.
+    choices: set[str] = field(default_factory=set)
 
     def set(self, name: str, value: Any, reason: str) -> None:
         self.fields[name] = value
@@ -111,14 +121,16 @@ def derive(cfg: ModelConfig, family: Family, table: str, phase: str, key_columns
         out.set(kv_key, local_kv_heads(kv, tp),
                 f"rank-local kv heads are {local_kv_heads(kv, tp)} ({kv} kv heads"
                 + (f", each replicated on {tp // kv} ranks)" if tp > kv else f" / tp {tp})"))
-    quant = cfg.quantization
-    for column in GEMM_DTYPE_COLUMNS:
-        if column in key_columns:
-            if quant.gemm is not None:
-                held = "it is served with" if cfg.served is not None else "its checkpoint stores"
-                out.set(column, quant.gemm, f"{held} its linear layers as {quant.gemm} ({quant.source})")
-            else:
-                out.notes.append(f"{column} not derived: {quant.source}")
+    served = cfg.quantization
+    for column, part in SERVED_COLUMNS.items():
+        if column not in key_columns:
+            continue
+        value = getattr(served, part)
+        if value is None:
+            out.notes.append(f"{column} not derived: {served.source}")
+            continue
+        out.set(column, value, served_reason(cfg, column, given))
+        out.choices.add(column)
     for name in [n for n in out.fields if n not in key_columns]:
         # a column this table does not key (an older file without window_size): only a value the
         # table's rows stand for (0: full attention) can be left out
@@ -133,4 +145,53 @@ def derive(cfg: ModelConfig, family: Family, table: str, phase: str, key_columns
     return out
 
 
-__all__ = ["GEMM_DTYPE_COLUMNS", "Derivation", "derive", "layer_kinds", "pick_layer"]
+def served_reason(cfg: ModelConfig, column: str, given: Mapping[str, Any]) -> str:
+    """Why ``column`` (one of :data:`SERVED_COLUMNS`) holds the dtype ``cfg`` serves: the
+    checkpoint's, or the deployment's choice (a field given, or a served variant's id) beside
+    what the checkpoint stores."""
+    part = SERVED_COLUMNS[column]
+    weights = _WEIGHTS[part]
+    value, own = getattr(cfg.quantization, part), cfg.checkpoint
+    stored = getattr(own, part)
+    if value == stored:
+        return f"its checkpoint stores its {weights} as {value} ({own.source})"
+    checkpoint = (f"its checkpoint stores them as {stored} ({own.source})" if stored is not None else
+                  f"its checkpoint does not fix them ({own.source})")
+    if given.get(column) is not None and str(given[column]) == value:
+        return f"{value} as given (a deployment's choice); {checkpoint}"
+    return f"served with its {weights} as {value} ({cfg.model_id}); {checkpoint}"
+
+
+def served_note(cfg: ModelConfig) -> str | None:
+    """A note saying which dtypes ``cfg`` serves other than its checkpoint's (None: none)."""
+    served, own = cfg.quantization, cfg.checkpoint
+    parts = [f"{_WEIGHTS[p]} as {getattr(served, p)} (its checkpoint: {getattr(own, p) or 'undecided'})"
+             for p in ("gemm", "moe") if getattr(served, p) != getattr(own, p)]
+    if not parts:
+        return None
+    return f"dtypes chosen: {cfg.base_id} served with its {' and its '.join(parts)}, as {cfg.model_id}"
+
+
+def serve(registry: ModelRegistry, cfg: ModelConfig, chosen: Mapping[str, Any]) -> ModelConfig:
+    """``cfg`` served with the dtypes ``chosen`` names in :data:`SERVED_COLUMNS` (a query's
+    fields, estimate's dtype options): the deployment's choice wins over the checkpoint's. The
+    dense layers' dtype given twice (``gemm_type`` and ``gemm_dtype``) must agree."""
+    parts: dict[str, str] = {}
+    named: dict[str, str] = {}
+    for column, part in SERVED_COLUMNS.items():
+        value = chosen.get(column)
+        if value is None:
+            continue
+        if part in parts and parts[part] != str(value):
+            raise E.UsageError(
+                f"{named[part]}={parts[part]} and {column}={value} both name the dtype of {cfg.base_id}'s "
+                f"{_WEIGHTS[part]}", values={named[part]: parts[part], column: value},
+                fix=f"give one of {named[part]} and {column}")
+        parts[part], named[part] = str(value), column
+    if not parts:
+        return cfg
+    return registry.served(cfg, **parts)
+
+
+__all__ = ["SERVED_COLUMNS", "Derivation", "derive", "layer_kinds", "pick_layer", "serve", "served_note",
+           "served_reason"]

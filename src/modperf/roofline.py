@@ -69,6 +69,9 @@ class GpuSpec:
     #: CUDA graphs and NCCL (``misc.other_mem``), in bytes; 0 where the file does not say.
     mem_capacity: float = 0.0
     other_mem: float = 0.0
+    #: The GPU's compute capability as the file states it (``gpu.sm_version``: 90 Hopper, 100
+    #: and 103 Blackwell); 0 where the file does not say.
+    sm_version: int = 0
 
     def memory_ms(self, nbytes: float) -> float:
         """Element-wise roofline: one kernel moving ``nbytes`` through HBM, in ms."""
@@ -162,7 +165,8 @@ def gpu_spec(system: str | None, systems_dir: str | None = None) -> GpuSpec:
                    float(nd["p2p_latency"]), _positive(data.get("mem_bw_empirical_scaling_factor"), 1.0),
                    _positive(data.get("mem_empirical_constant_latency"), 0.0),
                    str(misc["nccl_version"]) if misc.get("nccl_version") is not None else None,
-                   _positive(data.get("mem_capacity"), 0.0), _positive(misc.get("other_mem"), 0.0))
+                   _positive(data.get("mem_capacity"), 0.0), _positive(misc.get("other_mem"), 0.0),
+                   int(_positive(data.get("sm_version"), 0.0)))
 
 
 def _positive(value: Any, default: float) -> float:

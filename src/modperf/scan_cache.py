@@ -2,13 +2,16 @@
 one thing should not list ~900 folders and parse every ``reuse.yaml`` first).
 
 **What is kept.** One file per data root (``<cache folder>/catalogs/<digest>.mpc``): the
-version folders the scan found (their table files and reuse declarations) and what that
-depended on: every folder it listed, with the ``stat`` taken *before* listing it (device,
-inode, mode, ``mtime_ns``, ``ctime_ns``), and a digest of the bytes of every ``reuse.yaml`` it
-parsed.
+version folders the scan found (their table files, reuse declarations and the releases that a
+library table filed in a framework folder records) and what that depended on: every folder it
+listed, with the ``stat`` taken *before* listing it (device, inode, mode, ``mtime_ns``,
+``ctime_ns``), a digest of the bytes of every ``reuse.yaml`` it parsed, and the identity (size,
+``mtime_ns``, footer digest) of every table file whose rows it read, taken before reading.
 
 **Never stale.** A later process uses the record only when every one of those folders still
-stats the same and every ``reuse.yaml`` still holds the same bytes; otherwise it scans again.
+stats the same, every ``reuse.yaml`` still holds the same bytes and every table file read has
+the same identity; otherwise it scans again (so where a misplaced library table is served
+follows its file, its release's folder and every other claimant).
 A folder's mtime and ctime change whenever an entry is added, removed or renamed in it (and
 ctime on a permission change; neither can be put back: ``os.utime`` sets ctime to now), and
 every part of the catalog but the sidecars comes from folder listings. What a listing cannot
@@ -27,8 +30,10 @@ only while the file still holds that text (read and compared once per process), 
 YAML parser; a changed file is parsed as always.
 
 Failures degrade like the keyed-table cache (:mod:`modperf.cache`): a record that cannot be
-read is a scan, one that cannot be written is a note. The cache's switches turn this off too
-(``cache=False``, ``--no-cache``, ``MODPERF_NO_CACHE``).
+read is a scan, one that cannot be written is a note. A record is read only from a trusted
+cache folder and only when the opened file is the user's and no one else can write it, and is
+written as the cache's files are (:mod:`modperf.cache_trust`); it is JSON (plain data). The
+cache's switches turn this off too (``cache=False``, ``--no-cache``, ``MODPERF_NO_CACHE``).
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from typing import Any, BinaryIO
 from . import atomic
 from . import cache as keyed_cache
 from ._meta import __version__
-from .cache_keys import content_digest, scan_unchanged
+from .cache_keys import CATALOGS_FOLDER, content_digest, scan_unchanged, table_key
+from .cache_trust import make_folder, read_owned
 from .catalog import Catalog, Reuse, VersionFolder, embedded_systems_dir, resolve_data_root, scan_folders
 from .errors import ModperfError
 from .jsonio import dumps
@@ -56,7 +62,7 @@ from .roofline import known_document, spec_document
 FORMAT = 1
 MAGIC = b"MODPERF-CATALOG\x01"
 SUFFIX = ".mpc"
-FOLDER = "catalogs"
+FOLDER = CATALOGS_FOLDER
 #: A record is not written while a folder it lists changed this recently (nanoseconds): a change
 #: within one timestamp tick of the scan would leave the folder's times as the record holds them.
 RACY_NS = 2_000_000_000
@@ -64,7 +70,8 @@ RACY_NS = 2_000_000_000
 MAX_RECORDS = 32
 _DIGEST = 32
 #: The code whose behaviour a record stands for.
-_SOURCES = ("catalog.py", "scan_cache.py", "atomic.py", "limits.py", "roofline.py", "jsonio.py", "_meta.py")
+_SOURCES = ("catalog.py", "scan_cache.py", "cache_keys.py", "footer.py", "reader.py", "atomic.py", "limits.py",
+            "roofline.py", "jsonio.py", "_meta.py")
 
 
 @functools.cache
@@ -89,6 +96,7 @@ class Recorder:
         self.started_ns = time.time_ns()
         self.folders: list[tuple[str, list[int]]] = []
         self.sidecars: list[tuple[str, str]] = []
+        self.tables: list[tuple[str, list[Any]]] = []
         self.why_not: str | None = None
 
     def _relative(self, path: Path) -> str:
@@ -118,6 +126,15 @@ class Recorder:
 
     def untrusted(self, path: Path) -> None:
         self.why_not = self.why_not or f"{path} is a symbolic link or a temporary file"
+
+    def table(self, path: Path) -> None:
+        key = table_key(str(path))  # taken before the scan reads it, as a folder's stat before its listing
+        if key is None:
+            self.why_not = self.why_not or f"cannot read {path}"
+            return
+        if key[1] > self.started_ns - RACY_NS:
+            self.why_not = self.why_not or f"{path} changed just now"
+        self.tables.append((self._relative(path), key))
 
 
 # --- the record -------------------------------------------------------------------------------
@@ -188,20 +205,22 @@ def encode(catalog_folders: list[VersionFolder], recorder: Recorder, root: Path)
     for f in catalog_folders:
         versions.append([f.system, f.family_dir, f.backend, f.version,
                          sorted([stem, path.name] for stem, path in f.files.items()),
-                         sorted([stem, r.from_version, r.reason, r.approved_by] for stem, r in f.reuse.items())])
+                         sorted([stem, r.from_version, r.reason, r.approved_by] for stem, r in f.reuse.items()),
+                         sorted([stem, list(recorded)] for stem, recorded in f.releases.items())])
     documents = _spec_documents({f.system for f in catalog_folders})
     body = dumps({"identity": _identity(root), "folders": recorder.folders, "sidecars": recorder.sidecars,
-                  "versions": versions, "documents": documents}, separators=(",", ":")).encode()
+                  "tables": recorder.tables, "versions": versions, "documents": documents},
+                 separators=(",", ":")).encode()
     text = MAGIC + body
     return text + hashlib.blake2b(text, digest_size=_DIGEST).digest()
 
 
 def _current(doc: dict[str, Any], root: Path) -> bool:
-    """Whether a scan of ``root`` now would depend on the same folders and sidecars."""
-    return scan_unchanged(str(root), doc["folders"], doc["sidecars"])
+    """Whether a scan of ``root`` now would depend on the same folders, sidecars and tables."""
+    return scan_unchanged(str(root), doc["folders"], doc["sidecars"], doc["tables"])
 
 
-def decode(data: bytes, root: Path) -> Catalog | None:
+def decode(data: bytes | bytearray, root: Path) -> Catalog | None:
     """The catalog a record holds, when the record is whole, of this code and still current."""
     if len(data) < len(MAGIC) + _DIGEST or not data.startswith(MAGIC):
         return None
@@ -212,16 +231,17 @@ def decode(data: bytes, root: Path) -> Catalog | None:
         return None
     folders = []
     backends: dict[tuple[str, str, str], Path] = {}  # the scan's paths, each parent built once
-    for system, family_dir, backend, version, files, reuse in doc["versions"]:
+    for system, family_dir, backend, version, files, reuse, releases in doc["versions"]:
         parent = backends.get((system, family_dir, backend))
         if parent is None:
             parent = backends[system, family_dir, backend] = root / system / family_dir / backend
         path = parent / version
         folders.append(VersionFolder(path, system, family_dir, backend, version,
                                      files={stem: path / name for stem, name in files},
-                                     reuse={stem: Reuse(*r) for stem, *r in reuse}))
+                                     reuse={stem: Reuse(*r) for stem, *r in reuse},
+                                     releases={stem: tuple(recorded) for stem, recorded in releases}))
     catalog = Catalog.of_folders(root, folders, [])
-    catalog.watched = (doc["folders"], doc["sidecars"])
+    catalog.watched = (doc["folders"], doc["sidecars"], doc["tables"])
     _hand_over_documents(doc["documents"])
     return catalog
 
@@ -238,10 +258,7 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
     except Exception as exc:  # no cache folder (no home folder to put it in): a plain scan
         keyed_cache._note(f"catalog scan not recorded: {exc}")
         return Catalog.scan(root_path)
-    try:
-        data = entry.read_bytes()
-    except OSError:
-        data = None
+    data = read_owned(entry)
     if data is not None:
         try:
             found = decode(data, root_path)
@@ -257,7 +274,7 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
     catalog = Catalog.of_folders(root_path, folders, problems)
     if recorder.why_not is None and not catalog.problems:
         if store(entry, encode(folders, recorder, root_path)):
-            catalog.watched = (recorder.folders, recorder.sidecars)
+            catalog.watched = (recorder.folders, recorder.sidecars, recorder.tables)
     elif data is not None:  # a record that no longer holds: not read again by every process
         with contextlib.suppress(OSError):
             entry.unlink()
@@ -266,12 +283,12 @@ def scan(root: str | os.PathLike[str] | None = None, *, folder: Path | None = No
 
 def store(entry: Path, data: bytes) -> bool:
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(entry.parent)
 
         def write(handle: BinaryIO) -> None:
             handle.write(data)
 
-        atomic.write_atomically(entry, write, overwrite=True)
+        atomic.write_atomically(entry, write, overwrite=True, mode=0o600)
         _evict(entry.parent, keep=entry)
         return True
     except Exception as exc:  # a record that cannot be written is no record, never an error
@@ -317,9 +334,10 @@ def records(cache_folder: Path) -> list[Record]:
     """The scan records in a cache folder (``modperf cache info``)."""
     out = []
     for path in _record_files(cache_folder / FOLDER):
-        try:
-            data = path.read_bytes()
-        except OSError:
+        data = read_owned(path)
+        if data is None:  # (not the user's own file: listed, never read)
+            with contextlib.suppress(OSError):
+                out.append(Record(path, path.stat().st_size, None))
             continue
         root = None
         if data.startswith(MAGIC) and len(data) > len(MAGIC) + _DIGEST:

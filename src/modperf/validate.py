@@ -39,8 +39,16 @@ from .reader import is_csv, is_string_type, read_footer, read_row_groups, read_t
 
 #: Heads columns: a fractional value here is its own error kind.
 HEAD_COLUMNS = (HEADS, "num_key_value_heads", "local_num_heads")
-#: Legacy tables (the MLA kernel before rank-local heads) lack num_heads entirely.
-MIGRATE_FIX = "run `modperf migrate {file} --model MODEL_ID` (dry run first) to write rank-local num_heads"
+def legacy_migrate_fix(path: Path, has_model_column: bool) -> str:
+    """The command that migrates a legacy table (no num_heads; docs/migration.md): the native
+    comes from the table's model column, else from ``--model`` (required, no default); a CSV
+    table is written as parquet beside it, a parquet one needs ``--out`` (never replaced)."""
+    out = "" if is_csv(path) else f" --out {path.parent / 'migrated'}"
+    if has_model_column:
+        return f"run `modperf migrate {path}{out}` (a dry run: it prints the plan; add --execute to write)"
+    return (f"run `modperf migrate {path} --model MODEL_ID{out}` (a dry run: it prints the plan; add --execute to "
+            "write), MODEL_ID being the model the table was collected for (no default; the MLA kernel tables: "
+            "deepseek-ai/DeepSeek-V3)")
 
 
 @dataclass
@@ -388,7 +396,7 @@ def validate_table(
         if col in names:
             continue
         if col == HEADS:
-            fix = MIGRATE_FIX.format(file=path)
+            fix = legacy_migrate_fix(path, MODEL in names)
             msg = "no num_heads column: legacy layout whose head axis is unknown (nothing is backfilled)"
         elif col == TP:
             fix = "tp_size is mandatory in module tables: re-collect with a collector that records it"
@@ -555,7 +563,8 @@ def validate_table(
     # -- head axis: stale fingerprint, rank-local, native contract -------------------------
     stale_rows = np.zeros(n, dtype=bool)
     if family.stale_guard and TP in integers and HEADS in integers:
-        stale_rows = _stale_fingerprint(out, model, version, integers, path, n)
+        stale_rows = _stale_fingerprint(out, model, version, integers, path, n,
+                                        lambda heads: _migrate_fix(path, heads, model is None, registry, family))
         if family.tier is Tier.LOCAL and not stale_rows.any():
             stale_rows = _stale_chains(out, spec, categorical, integers, path, n)
     if native is not None and HEADS in integers and TP in integers and model is not None:
@@ -670,8 +679,35 @@ def _dense_codes(values: np.ndarray) -> tuple[int, np.ndarray]:
     return dense_ranks(values, low, span)
 
 
+def _migrate_fix(path: Path, heads: int, no_model_column: bool, registry: ModelRegistry, family: Family) -> str:
+    """The command that migrates a stale table (docs/migration.md): a table without a model
+    column takes the native from ``--model``, which migrate then requires; any model whose
+    native is the constant ``heads`` (and, for a kernel collected at fixed dims, of those dims)
+    gives the same rewrite, so one is named."""
+    then = "(a dry run: it prints the plan; add --execute to rewrite the file)"
+    if not no_model_column:
+        return f"run `modperf migrate {path}` {then}"
+    dims = dict(family.notes.get("kernel_dims", {})) if family.notes else {}
+    named = None
+    for model_id in registry.ids():
+        try:
+            cfg = registry.get(model_id)
+            if cfg.native_heads == heads and all(cfg.get(k, None) == v for k, v in dims.items()):
+                named = model_id
+                break
+        except E.ModperfError:
+            continue
+    if named is None:
+        return (f"run `modperf migrate {path} --model MODEL_ID` {then}, with a model whose num_attention_heads is "
+                f"{heads}{' and whose dims are ' + str(dims) if dims else ''} (the table has no model column)")
+    return (f"run `modperf migrate {path} --model {named}` {then}; the table has no model column, and any model with "
+            f"{heads} attention heads{' and the dims the kernel was collected at' if dims else ''} gives the same "
+            "rewrite")
+
+
 def _stale_fingerprint(out: _Collector, model: Categorical | None, version: Categorical | None,
-                       integers: dict[str, np.ndarray], path: Path, n: int) -> np.ndarray:
+                       integers: dict[str, np.ndarray], path: Path, n: int,
+                       migrate_fix: Callable[[int], str]) -> np.ndarray:
     """Inside one (model, version) group, num_heads constant while tp_size varies is the
     retired native convention."""
     # each row's (model, version) group, as its index among the groups present: every array
@@ -702,8 +738,7 @@ def _stale_fingerprint(out: _Collector, model: Categorical | None, version: Cate
             rows=where,
             values={"model": name, "num_heads": int(heads[where[0]]),
                     "tp_sizes": np.unique(tp[rows]).tolist()},
-            fix=f"run `modperf migrate {path}` to rewrite num_heads = native // tp_size (dry run first, "
-                "then --execute)",
+            fix=migrate_fix(int(heads[where[0]])) + ": num_heads becomes native // tp_size",
         )
     return stale
 
@@ -769,8 +804,8 @@ def _stale_chains(out: _Collector, spec: TableSpec, categorical: dict[str, Categ
             "rows would key the wrong local count)",
             rows=where,
             values={"num_heads": np.unique(heads[rows]).tolist()[:8], "tp_sizes": np.unique(tp[rows]).tolist()[:8]},
-            fix=f"run `modperf migrate {path}` to rewrite num_heads = num_heads // tp_size on these chains (dry run "
-                "first, then --execute)",
+            fix=f"run `modperf migrate {path}` (a dry run: it prints the plan; add --execute to rewrite the file): "
+                "num_heads becomes num_heads // tp_size on these chains",
         )
     return rows
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
 COMMANDS = {
     "check": "check_cmd", "coverage": "coverage_cmd", "dedupe": "dedupe_cmd", "estimate": "estimate_cmd",
     "ls": "ls_cmd", "migrate": "migrate_cmd", "predict": "predict_cmd", "query": "query_cmd",
-    "cache": "cache_cmd",
+    "cache": "cache_cmd", "export": "export_cmd",
 }
 #: Options taken before the command name (the application's own).
 _GLOBAL_FLAGS = ("--no-cache",)
@@ -54,13 +54,24 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def hoist_global_flags(args: list[str]) -> list[str]:
+    """``args`` with the application's own flags (``--no-cache``) moved before the command, so
+    that ``modperf query --no-cache ...`` means what ``modperf --no-cache query ...`` does (the
+    parser takes them only there). Tokens after ``--`` are left alone."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in _GLOBAL_FLAGS]
+    if not flags:
+        return args
+    return [*dict.fromkeys(flags), *(a for a in args[:end] if a not in _GLOBAL_FLAGS), *args[end:]]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. A command-line error that the parser finds (an option without its value, a
     value of the wrong type) exits 2 like every usage error, and with ``--json`` it is a JSON
     error object too, so that a script sees one format whatever went wrong."""
     import sys
 
-    args = sys.argv[1:] if argv is None else list(argv)
+    args = hoist_global_flags(sys.argv[1:] if argv is None else list(argv))
     from ._single import run_alone as run_single
 
     code = run_single(args)  # `modperf query TABLE ... --json` from a persisted plan, without the parser
@@ -83,14 +94,16 @@ def main(argv: list[str] | None = None) -> None:
 
         from .. import errors as E
         from ..jsonio import dumps
-        from ._common import err_console
+        from ._common import _fit_width, err_console
+
+        _fit_width()
 
         message = E.clean(exc.format_message())
         if "--json" in args:
             error = E.UsageError(f"command line: {message}", fix="see `modperf --help` or `modperf COMMAND --help`")
             sys.stdout.write(dumps({"error": error.to_dict()}) + "\n")
         else:
-            err_console.print(f"[bold red]error[/] (usage): {escape(message)}", soft_wrap=True)
+            err_console.print(f"[bold red]error[/] (usage): {escape(message)}")
             err_console.print("see `modperf --help` or `modperf COMMAND --help`", style="dim")
         code = exc.exit_code
     except typer.Abort:

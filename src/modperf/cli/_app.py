@@ -6,10 +6,12 @@ import typer
 
 app = typer.Typer(
     name="modperf",
-    help="Performance database for LLM-inference attention modules, with an unambiguous head axis.",
+    help="The performance database for LLM-inference modules: measured latency tables, whole-model step costs "
+         "and serving predictions (TTFT, TPOT).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -18,7 +20,8 @@ def _global_options(
     no_cache: bool = typer.Option(False, "--no-cache", help="Key every table from its file; neither read nor write "
                                   "the persisted cache (MODPERF_NO_CACHE=1 does the same)."),
 ) -> None:
-    """Performance database for LLM-inference attention modules, with an unambiguous head axis."""
+    """The performance database for LLM-inference modules: measured latency tables, whole-model step costs
+    and serving predictions (TTFT, TPOT)."""
     if no_cache:
         import os
 

@@ -23,6 +23,13 @@ def short_label(ref: TableRef) -> str:
     return f"{ref.system} {ref.backend} {ref.version} {ref.table}"
 
 
+def label_words(label: str) -> str:
+    """A catalog label ``system/family/backend/version/table`` as ``system backend version
+    table`` (:func:`short_label`'s text: words a narrow column can wrap between)."""
+    parts = label.split("/")
+    return " ".join((parts[0], *parts[2:])) if len(parts) == 5 else label
+
+
 def short_file(label: str) -> str:
     """A catalog label ``system/family/backend/version/table`` as ``backend version``."""
     parts = label.split("/")

@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import IO, Any
 
-from .. import errors as E
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (a batch answered from persisted plans imports neither: on use)
+    from typing import IO, Any
 
 #: Answer lines written at once (about 70 KB: below the size the C library maps afresh).
 WRITE_LINES = 64
@@ -25,6 +26,8 @@ WRITE_LINES = 64
 def open_batch(path: str) -> IO[bytes]:
     """The batch input as bytes: each line is decoded on its own, so one line that is not
     UTF-8 gets its own error line instead of ending the batch."""
+    from .. import errors as E
+
     if path == "-":
         return sys.stdin.buffer
     try:
@@ -45,22 +48,29 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
     fields every line starts from; the number of lines that failed. Closes the stream (but
     stdin). An input failing mid-way is a QueryFieldError, raised after every answer before it."""
     from ..batch import LineShapes, read_lines, run_chunks
-    from ..query_lines import LineAnswerer
+    from ..plan_lines import batch_answerer
 
-    failed = 0
+    def engine_lines(persist: bool) -> Any:
+        from ..query_lines import LineAnswerer
+
+        return LineAnswerer(db.queries, persist=persist)
+
+    failed = answered = 0
     try:
-        # a chunk of lines at a time, answered plan by plan (modperf.query_lines: the same
-        # lines as batch.run_lines writes one query at a time)
-        answerer = LineAnswerer(db.queries)
+        # a chunk of lines at a time, answered plan by plan: a short batch from the persisted
+        # plans where they hold (modperf.plan_lines: no numpy), else by the engine
+        # (modperf.query_lines); the same lines as batch.run_lines writes one query at a time
+        answerer, source = batch_answerer(db.plans, engine_lines, read_lines(stream))
         # lines of a shape seen before (the same bytes but for their axis integers) are read
         # by one pattern match each instead of the JSON reader (batch.LineShapes)
         shapes = LineShapes(answerer.free, fields)
-        for chunk in run_chunks(read_lines(stream), answerer.answer, fields, shapes=shapes,
+        for chunk in run_chunks(source, answerer.answer, fields, shapes=shapes,
                                 answer_shaped=answerer.answer_shaped):
             if not chunk:
                 continue
             oks, lines = zip(*chunk)
             failed += len(oks) - sum(oks)
+            answered += len(oks)
             write = sys.stdout.write
             # written WRITE_LINES lines at a time: a chunk's text joined whole (4 MB and
             # more) is a fresh allocation the C library maps and hands back per chunk,
@@ -69,12 +79,25 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
                 write("\n".join((*lines[at:at + WRITE_LINES], "")))
             sys.stdout.flush()
     except OSError as exc:  # the input failed mid-way (a folder, an I/O error): typed, after every answer
+        from .. import errors as E
+
         raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=batch,
                                 fix="pass a readable file of JSON lines, or - for stdin") from exc
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
+    if not answered:
+        nothing_read(batch)
     return failed
+
+
+def nothing_read(batch: str) -> None:
+    """An input without a line to answer (an empty file, blank lines only): said on stderr,
+    where a script's stdout stays the (empty) answers; the exit code stays 0."""
+    from .. import errors as E
+
+    where = "stdin" if batch == "-" else batch
+    sys.stderr.write(f"0 lines read from {E.clean(where)}: nothing to answer\n")
 
 
 def batch_path(args: list[str]) -> tuple[str, bool] | None:
@@ -118,6 +141,7 @@ def run_alone(args: list[str]) -> int | None:
     except KeyboardInterrupt:  # as typer reports it: exit 130, nothing printed
         return 130
     except Exception as exc:
+        from .. import errors as E
         from ._common import _fit_width, report_error
 
         _fit_width()

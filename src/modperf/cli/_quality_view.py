@@ -6,7 +6,7 @@ from rich.table import Table
 
 from ..quality import QualityReport
 from ._audit_format import compact_key, short_file, short_label
-from ._common import console
+from ._common import console, print_table
 
 
 def _point(d: dict) -> str:
@@ -26,7 +26,7 @@ def print_quality(report: QualityReport, shown: int = 10, tables_shown: int = 40
         per_file.add_row(short_label(f.ref), f"{f.points:,}", f"{f.counts['non_monotone']:,}", f"{f.counts['spike']:,}",
                          f"{f.counts['cross_file']:,}", f"{f.corroborated:,}", ratios)
     if files:
-        console.print(per_file)
+        print_table(per_file, ("corroborated", "points", "vs others (median ratio)"))
         if len(files) > tables_shown:
             console.print(f"... and {len(files) - tables_shown} more tables with findings (every table: --json)",
                           style="dim")
@@ -41,7 +41,7 @@ def print_quality(report: QualityReport, shown: int = 10, tables_shown: int = 40
                                for o in x.detail["others"])
             grid.add_row(short_label(f.ref), compact_key(x.bucket), _point(x.point), f"{x.latency:,.4g}", others,
                          f"{x.ratio:,.0f}x" + (" (corroborated)" if x.detail.get("corroborated") else ""))
-        console.print(grid)
+        print_table(grid, ("others (ms)", "bucket"))
     spikes = sorted(((x, f) for f in report.files for x in f.findings if x.kind == "spike"),
                     key=lambda xf: -xf[0].ratio)
     if spikes:
@@ -52,7 +52,7 @@ def print_quality(report: QualityReport, shown: int = 10, tables_shown: int = 40
             grid.add_row(short_label(f.ref), compact_key(x.bucket), _point(x.point), f"{x.latency:,.4g}",
                          f"{x.reference:,.4g}",
                          f"{x.ratio:,.1f}x")
-        console.print(grid)
+        print_table(grid, ("neighbour ms", "bucket"))
     noted = [(f, n) for f in report.files for n in f.provenance]
     if noted:
         grid = Table(title="provenance: rows not collected in their own folder (the load is not rejected)")
@@ -63,7 +63,7 @@ def print_quality(report: QualityReport, shown: int = 10, tables_shown: int = 40
                     if n["kind"] == "version_column" else
                     "identical to " + ", ".join(short_file(x) for x in n["identical_to"]))
             grid.add_row(short_label(f.ref), text)
-        console.print(grid)
+        print_table(grid)
         if len(noted) > tables_shown:
             console.print(f"... and {len(noted) - tables_shown} more notes (every note: --json)", style="dim")
     t = report.totals()

@@ -30,17 +30,22 @@ from ._common import (
     ModelConfigsOpt,
     PathsArg,
     TableOpt,
+    WideOpt,
     console,
     emit_json,
     err_console,
     handles_errors,
     paths_or_none,
+    print_failure,
+    print_table,
     progress,
 )
 
-LEGEND = ("cells: grid points; [green]green[/] = measured for this native (tp-chain rows or tp=1 sweep rows at "
-          "local = native/tp), [yellow]yellow[/] = answerable only through the local key (local-only tables), "
-          "[red]·[/] = not measured, blank = tp does not divide the native. Other tp divisors: --tp, --json, --csv.")
+LEGEND = ("cells: a number = grid points measured for this native at that tp (tp-chain rows, or tp=1 sweep rows "
+          "at local = native/tp); a number in parentheses = answerable only through the local key (a local-only "
+          "table: another native's rows at that local), not measured for this native; interp. / extrap. = no point "
+          "at that local: a query interpolates between (extrapolates past) the measured locals; · = not "
+          "measured; blank = tp does not divide the native. Other tp divisors: --tp, --json, --csv.")
 
 
 def _cell_text(cell: Any) -> str:
@@ -49,89 +54,135 @@ def _cell_text(cell: Any) -> str:
     if cell.measured:
         return f"[green]{short_count(cell.points)}[/]"
     if cell.answerable:
-        return f"[yellow]{short_count(cell.points)}[/]"
+        if cell.points:  # another native's rows at this local (a local-only table)
+            return f"[yellow]({short_count(cell.points)})[/]"
+        return f"[yellow]{_SHORT_ANSWER.get(str(cell.answer), str(cell.answer))}[/]"
     return "[red]·[/]"
 
 
+#: How a cell without points of its own is answered, as a narrow cell says it.
+_SHORT_ANSWER = {"interpolated": "interp.", "extrapolated": "extrap."}
+
+
+def _slot(ref: Any, parts: list[str]) -> str:
+    version = (ref.version or "") + (f" ←{ref.reuse.from_version}" if ref.reuse else "")
+    values = {"system": ref.system or "", "backend": ref.backend or "", "version": version}
+    return escape(" ".join(values[p] for p in parts if values[p]))
+
+
+def _varying(refs: list[Any]) -> tuple[list[str], str]:
+    """The slot parts that differ between rows, and a title suffix naming the ones that do not
+    (a --system filter's value is said once, not on every row)."""
+    same = [p for p in ("system", "backend", "version") if refs and len({getattr(r, p) for r in refs}) == 1
+            and not (p == "version" and any(r.reuse for r in refs))]
+    return ([p for p in ("system", "backend", "version") if p not in same],
+            "".join(f", {p} {getattr(refs[0], p)}" for p in same if getattr(refs[0], p)))
+
+
 def print_matrix(report: CoverageReport, tps: list[int]) -> None:
-    grid = Table(title="coverage: native x tp (local = native / tp)")
-    for col in ("system", "backend", "version", "table", "native", "models"):
-        grid.add_column(col, overflow="fold")
+    parts, said = _varying([s.ref for s in report.slots])
+    grid = Table(title=escape(f"coverage: native x tp (local = native / tp){said}"))
+    slot_header = " ".join(parts)
+    if parts:
+        grid.add_column(slot_header)
+    grid.add_column("table", no_wrap=True)
+    grid.add_column("native", justify="right", no_wrap=True)
+    grid.add_column("models")
     for t in tps:
         grid.add_column(f"tp{t}", justify="right", no_wrap=True)
-    grid.add_column("notes", overflow="fold")
+    grid.add_column("notes")
+    lead = (lambda s: [_slot(s.ref, parts)]) if parts else (lambda s: [])
     for s in report.slots:
-        # a table file outside the standard layout has no version (blank, like its system and backend)
-        version = (s.ref.version or "") + (f" ←{s.ref.reuse.from_version}" if s.ref.reuse else "")
         if not s.ok:
-            grid.add_row(s.ref.system, s.ref.backend, version, s.ref.table, "", "", *[""] * len(tps),
+            grid.add_row(*lead(s), s.ref.table, "", "", *[""] * len(tps),
                          f"[red]failed to load ({len(s.failures)} failures)[/]")
             continue
         if not s.natives:
-            grid.add_row(s.ref.system, s.ref.backend, version, s.ref.table, "-", "", *[""] * len(tps),
-                         "no native recorded; locals " + ",".join(map(str, s.locals)))
+            grid.add_row(*lead(s), s.ref.table, "-", "", *[""] * len(tps),
+                         "no native recorded; locals " + ", ".join(map(str, s.locals)))
             continue
         for nc in s.natives:
             cells = [_cell_text(nc.cell(t)) if nc.native % t == 0 else "" for t in tps]
-            note = f"undeployable locals {','.join(map(str, nc.undeployable_locals))}" if nc.undeployable_locals else ""
+            note = (f"undeployable locals {', '.join(map(str, nc.undeployable_locals))}"
+                    if nc.undeployable_locals else "")
             models = ", ".join(m.split("/")[-1] for m in nc.models)
-            grid.add_row(s.ref.system, s.ref.backend, version, s.ref.table, str(nc.native), models, *cells, note)
-    console.print(grid)
+            grid.add_row(*lead(s), s.ref.table, str(nc.native), escape(models), *cells, note)
+    # a narrow terminal leaves out the models, then the widest tp columns, then the notes
+    print_table(grid, ["models", *[f"tp{t}" for t in sorted(tps, reverse=True)[:3]], "notes",
+                       *[f"tp{t}" for t in sorted(tps, reverse=True)[3:]]])
     console.print(LEGEND, style="dim")
 
 
 def print_diff(result: CoverageDiff) -> None:
-    grid = Table(title=f"coverage change {result.before} → {result.after}")
-    for col in ("system", "backend", "table", "status", "native", "gained tp", "lost tp", "points before → after"):
-        grid.add_column(col, overflow="fold")
     changed = [s for s in result.slots if s.changed]
+    parts = [p for p in ("system", "backend") if len({getattr(s, p) for s in changed}) != 1]
+    said = "".join(f", {p} {getattr(changed[0], p)}" for p in ("system", "backend") if p not in parts and changed)
+    grid = Table(title=escape(f"coverage change {result.before} → {result.after}{said}"))
+    if parts:
+        grid.add_column(" ".join(parts))
+    for col in ("table", "status", "native", "gained tp", "lost tp", "points before → after"):
+        grid.add_column(col, no_wrap=col == "table")
     for s in changed:
-        status = {"both": "", "only_before": f"[red]only in {result.before}[/]",
-                  "only_after": f"[green]new in {result.after}[/]"}[s.status]
+        lead = [escape(" ".join(getattr(s, p) for p in parts))] if parts else []
+        status = {"both": "", "only_before": "[red]gone[/]", "only_after": "[green]new[/]"}[s.status]
         if not s.natives:
-            gained = ",".join(map(str, s.locals_gained))
-            lost = ",".join(map(str, s.locals_lost))
-            grid.add_row(s.system, s.backend, s.table, status, "-", f"locals {gained}" if gained else "",
+            gained = ", ".join(map(str, s.locals_gained))
+            lost = ", ".join(map(str, s.locals_lost))
+            grid.add_row(*lead, s.table, status, "-", f"locals {gained}" if gained else "",
                          f"locals {lost}" if lost else "", "")
         for nat, d in s.natives.items():
             before, after = sum(d["points_before"].values()), sum(d["points_after"].values())
-            grid.add_row(s.system, s.backend, s.table, status, str(nat),
-                         f"[green]{','.join(map(str, d['gained']))}[/]", f"[red]{','.join(map(str, d['lost']))}[/]",
+            grid.add_row(*lead, s.table, status, str(nat),
+                         f"[green]{', '.join(map(str, d['gained']))}[/]", f"[red]{', '.join(map(str, d['lost']))}[/]",
                          f"{before:,} → {after:,}")
-    console.print(grid)
+    print_table(grid, ["points before → after", "native"])
     console.print(f"{len(changed)} of {len(result.slots)} (system, backend, table) changed between "
-                  f"{result.before} and {result.after}", style="dim")
+                  f"{result.before} and {result.after}; status: gone = only in {result.before}, new = only in "
+                  f"{result.after}, blank = in both", style="dim")
+
+
+#: How a --model cell is known, in words (Cell.via), for the legend.
+VIA = ("cells: N chain / sweep / tp1 = N grid points measured for this model's native at that tp (chain: rows "
+       "collected at that tp; sweep: tp=1 rows at that local; tp1: the tp=1 rows); N local = N points of "
+       "another native at that local (local-only tables); interp. / extrap. = no point at that local: the "
+       "query interpolates between (or extrapolates past) the measured locals; no = not answerable without "
+       "substitution; n/a = tp does not divide the native.")
+
+
+def _model_cell(c: Any) -> str:
+    if c is None:
+        return "n/a"
+    if not c.answerable:
+        return "[red]no[/]"
+    colour = "green" if c.measured else "yellow"
+    via = _SHORT_ANSWER.get(c.via, c.via)
+    text = f"{short_count(c.points)} {via}" if c.points else via
+    return f"[{colour}]{text}[/]"
 
 
 def print_model(result: ModelCoverage) -> None:
-    grid = Table(title=f"{result.model} (native {result.native}): answerable without substitution")
-    for col in ("system", "backend", "version", "table", "match"):
-        grid.add_column(col, overflow="fold")
+    parts, said = _varying([a.ref for a in result.answers])
+    grid = Table(title=escape(f"{result.model} (native {result.native}): answerable without substitution{said}"))
+    if parts:
+        grid.add_column(" ".join(parts))
+    grid.add_column("table", no_wrap=True)
+    grid.add_column("match")
     for t in result.tps:
         grid.add_column(f"tp{t}\nlocal {result.native // t}" if result.native % t == 0 else f"tp{t}",
-                        justify="right", no_wrap=True)
+                        justify="right")
     for a in result.answers:
-        cells = []
-        for t in result.tps:
-            c = a.cells.get(t)
-            if c is None:
-                cells.append("n/a")
-            elif c.answerable:
-                colour = "green" if c.measured else "yellow"
-                cells.append(f"[{colour}]✓ {short_count(c.points)} {c.via}[/]")
-            else:
-                cells.append("[red]✗[/]")
-        version = (a.ref.version or "") + (f" ←{a.ref.reuse.from_version}" if a.ref.reuse else "")
-        grid.add_row(a.ref.system, a.ref.backend, version, a.ref.table, a.match, *cells)
-    console.print(grid)
+        cells = [_model_cell(a.cells.get(t)) for t in result.tps]
+        grid.add_row(*([_slot(a.ref, parts)] if parts else []), a.ref.table, a.match, *cells)
+    # a narrow terminal leaves out the match, then the widest tp columns
+    print_table(grid, ["match", *[str(c.header) for c in grid.columns[-len(result.tps):]][::-1][:-1]])
     summary = result.summary()
     per_tp = ", ".join(f"tp{t}: {n}" for t, n in summary["slots_answering_tp"].items())
     console.print(f"{summary['slots_considered']} slots considered; answering {per_tp}; "
                   f"{len(summary['slots_answering_every_tp'])} answer every requested tp", style="dim")
     console.print("match: named = the model's own rows; alias = another name with the same native and module "
                   "geometry; local-only = kernel tables keyed by local heads; other-geometry / native-missing = the "
-                  "native bucket holds another module or is absent. via: tp1, chain (rows at this tp), sweep (tp=1 "
-                  "rows at this local), local (another native's rows at this local).", style="dim")
+                  "native bucket holds another module or is absent.", style="dim")
+    console.print(VIA, style="dim")
 
 
 @app.command("coverage")
@@ -155,6 +206,7 @@ def coverage_command(
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Per (system, backend, version, table): which native x tp cells are measured and with how many
     grid points; exit 0 when every table loads, 1 otherwise, 2 on usage errors."""
@@ -202,5 +254,5 @@ def coverage_command(
         print_matrix(result, tps or list(STANDARD_TP))
     if not json_out and not csv_out:
         for failure in result.failures:
-            console.print(f"[red]FAIL[/] [bold]{failure.kind}[/]: {escape(str(failure))}", soft_wrap=True)
+            print_failure(failure)
     raise typer.Exit(0 if result.ok else 1)

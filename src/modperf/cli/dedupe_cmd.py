@@ -19,10 +19,13 @@ from ._common import (
     ModelConfigsOpt,
     PathsArg,
     TableOpt,
+    WideOpt,
     console,
     emit_json,
     handles_errors,
     paths_or_none,
+    print_failure,
+    print_table,
     progress,
 )
 
@@ -40,7 +43,7 @@ def print_report(report: DedupeReport) -> None:
             groups.add_row(short_label(f.ref), str(g.native), names, f"{g.shared_keys:,}", _pct(s.median), _pct(s.p95),
                            _pct(s.max), f"[red]{s.over_tolerance}[/]" if s.over_tolerance else "0")
     if groups.row_count:
-        console.print(groups)
+        print_table(groups, ("p95", "median", "shared keys", f"> {tol}"))
     dups = Table(title="duplicate rows (one identity measured more than once)")
     for col in ("table", "rows", "identities", "alias dup rows", "repeat rows", "repeat median", "repeat max",
                 f"> {tol}"):
@@ -52,7 +55,7 @@ def print_report(report: DedupeReport) -> None:
                          f"{f.repeat_rows:,}", _pct(r.median), _pct(r.max),
                          f"[red]{f.over_tolerance_keys}[/]" if f.over_tolerance_keys else "0")
     if dups.row_count:
-        console.print(dups)
+        print_table(dups, ("alias dup rows", "repeat median", "identities", "rows"))
     worst = [(o, f) for f in report.files for o in f.over_tolerance]
     worst.sort(key=lambda of: -of[0].rel_diff)  # an infinite spread (a 0 ms row) sorts first
     if worst:
@@ -63,7 +66,7 @@ def print_report(report: DedupeReport) -> None:
             lat = "\n".join(f"{m.split('/')[-1] or '-'}: {', '.join(f'{x:g}' for x in v)}"
                             for m, v in o.latencies.items())
             over.add_row(short_label(f.ref), o.kind, compact_key(o.key), _pct(o.rel_diff), lat)
-        console.print(over)
+        print_table(over, ("kind",))
     written = [f for f in report.files if f.written is not None]
     if written:
         plan = Table(title=f"written to {report.out_dir}")
@@ -75,9 +78,9 @@ def print_report(report: DedupeReport) -> None:
             plan.add_row(short_label(f.ref), f"{f.rows:,}", f"{f.written.rows_written:,}" if f.written.written else "-",
                          "[green]yes, verified[/]" if f.written.written else f"[red]NO ({escape(why)})[/]",
                          f.written.destination)
-        console.print(plan)
+        print_table(plan, ("rows", "rows written"))
     for failure in report.failures:
-        console.print(f"[red]FAIL[/] [bold]{failure.kind}[/]: {escape(str(failure))}", soft_wrap=True)
+        print_failure(failure)
     t = report.totals()
     console.print(
         f"{t['files']} tables, {t['rows']:,} rows, {t['identities']:,} identities: {t['duplicate_rows']:,} duplicate "
@@ -109,6 +112,7 @@ def dedupe_command(
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Alias groups, duplicate rows and the spread between measurements of one identity, per table;
     exit 0 when every table loads (and every write verifies), 1 otherwise, 2 on usage errors."""

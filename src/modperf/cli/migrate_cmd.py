@@ -12,7 +12,7 @@ from rich.table import Table
 from .. import errors as E
 from ..migrate import NOTHING, REFUSED, FilePlan, MigrationReport, migrate
 from ._app import app
-from ._common import JsonOpt, ModelConfigsOpt, console, emit_json, handles_errors
+from ._common import JsonOpt, ModelConfigsOpt, WideOpt, console, emit_json, handles_errors, print_failure, print_table
 
 
 def _heads_change(group) -> str:
@@ -27,31 +27,30 @@ def _print_plan(plan: FilePlan) -> None:
     colour = {REFUSED: "red", NOTHING: "dim"}.get(plan.action, "green")
     changed = f", {plan.rows_changed:,} change" if plan.rows_changed else ""
     console.print(f"[{colour}]{plan.action:8}[/] [bold]{plan.pattern}[/] {escape(str(plan.source))} "
-                  f"({plan.rows:,} rows{changed})", soft_wrap=True)
+                  f"({plan.rows:,} rows{changed})")
     shown = [g for g in plan.groups if g.status != "rank_local" or plan.action != NOTHING]
     if shown:
         grid = Table(show_edge=False, box=None, padding=(0, 2))
         for col in ("model", "version", "rows", "native", "tp_size", "num_heads", "group"):
-            grid.add_column(col, no_wrap=col != "model")
+            grid.add_column(col, no_wrap=col not in ("model", "tp_size", "num_heads"))
         for g in shown:
             # the reason is in the refusal printed below, with the group's values
             status = f"[red]{g.status}[/]" if g.status == "refused" else g.status
             grid.add_row(escape(g.model or "-"), g.version or "-", f"{g.rows:,}", str(g.native or "-"),
-                         ",".join(map(str, g.tp_sizes)), _heads_change(g), status)
-        console.print(grid)
+                         ", ".join(map(str, g.tp_sizes)), _heads_change(g), status)
+        print_table(grid, ("version", "group"))
     for column, how in plan.filled.items():
-        console.print(f"    fills {column} = {escape(repr(how['value']))}: {escape(str(how['source']))}",
-                      soft_wrap=True)
+        console.print(f"    fills {column} = {escape(repr(how['value']))}: {escape(str(how['source']))}")
     if plan.target is not None and plan.action != REFUSED:
         verb = "wrote" if plan.written else "target"
-        console.print(f"    {verb}: {escape(str(plan.target))}", soft_wrap=True)
+        console.print(f"    {verb}: {escape(str(plan.target))}")
     for note in plan.notes:
-        console.print(f"    [dim]{escape(note)}[/]", soft_wrap=True)
+        console.print(f"    [dim]{escape(note)}[/]")
     if plan.verification:
         checks = ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in plan.verification.items())
-        console.print(f"    verified: {checks}", soft_wrap=True)
+        console.print(f"    verified: {checks}")
     for failure in plan.refusals:
-        console.print(f"    [red]REFUSED[/] [bold]{failure.kind}[/]: {escape(str(failure))}", soft_wrap=True)
+        print_failure(failure, "[red]REFUSED[/]", indent=4)
 
 
 def print_report(report: MigrationReport) -> None:
@@ -70,7 +69,7 @@ def print_report(report: MigrationReport) -> None:
         line = f"[red]{counts}[/]: nothing was written" + ("" if report.execute_requested else " (dry run)")
     else:
         line = f"{counts}: nothing to do"
-    console.print(line, soft_wrap=True)
+    console.print(line)
 
 
 def _parse_fills(fills: list[str] | None) -> dict[str, str]:
@@ -100,6 +99,7 @@ def migrate_command(
         show_default=False)] = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Rewrite stale (native) and legacy (no num_heads) tables to rank-local num_heads; dry run by default.
 

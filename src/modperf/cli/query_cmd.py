@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 import typer
@@ -9,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import errors as E
+from ..cache_keys import is_digits
 from ..db import Database
 from ._app import app
 from ._batch import answer_batch, open_batch
@@ -16,9 +18,11 @@ from ._common import (
     DataRootOpt,
     JsonOpt,
     ModelConfigsOpt,
+    WideOpt,
     console,
     emit_json,
     handles_errors,
+    print_table,
 )
 
 
@@ -48,20 +52,22 @@ def parse_extra_fields(args: list[str]) -> dict[str, str]:
 def print_answer(answer: dict[str, Any]) -> None:
     kind = answer["kind"]
     style = {"exact": "green", "interpolated": "cyan", "extrapolated": "yellow"}.get(kind, "white")
-    console.print(f"[bold]{answer['latency_ms']:.6g} ms[/]  [{style}]{kind}[/]")
     if answer.get("substituted_from") is not None:
+        # the first line is the one people copy: it says the native is not the one asked
+        console.print(f"[bold]{answer['latency_ms']:.6g} ms[/]  [bold yellow]substituted (from native "
+                      f"{answer['substituted_from']})[/], [{style}]{kind}[/] at that native")
         console.print(f"[bold yellow]SUBSTITUTED[/]: answered from native bucket {answer['substituted_from']}, not "
-                      f"the native asked ({answer['requested_native']}): {escape(str(answer['substitution']))}",
-                      soft_wrap=True)
+                      f"the native asked ({answer['requested_native']}): {escape(str(answer['substitution']))}")
+    else:
+        console.print(f"[bold]{answer['latency_ms']:.6g} ms[/]  [{style}]{kind}[/]")
     if answer.get("quality"):
         console.print(f"[bold yellow]QUALITY[/]: {len(answer['quality'])} finding(s) of `modperf check --quality` on "
-                      "the measured points this answer stands on:", soft_wrap=True)
+                      "the measured points this answer stands on:")
         for q in answer["quality"]:
             ratio = f"{q['ratio']:,.1f}x" if q.get("ratio") is not None else "-"
-            console.print(f"  {q['kind']} at {q['point']}: {q['latency']:g} ms vs {q['reference']:g} ms ({ratio})",
-                          soft_wrap=True)
+            console.print(f"  {q['kind']} at {q['point']}: {q['latency']:g} ms vs {q['reference']:g} ms ({ratio})")
     grid = Table(show_header=False, box=None, pad_edge=False)
-    grid.add_column(style="dim")
+    grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
     f = answer["fields"]
     slot = f"{answer['system']}/{answer['backend']}/{answer['version']}/{answer['table']}"
@@ -90,7 +96,7 @@ def print_answer(answer: dict[str, Any]) -> None:
                      f"{escape(x['model'])}; measured range {x['measured_range']}")
     for note in answer.get("notes") or ():
         grid.add_row("note", escape(note))
-    console.print(grid)
+    print_table(grid)
 
 
 @app.command("query", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -104,7 +110,8 @@ def query_command(
     version: Annotated[str | None, typer.Option("--version", help="Backend version folder (default: the newest "
                                                 "holding the model's native).")] = None,
     model: Annotated[str | None, typer.Option(
-        "--model", help="HF model id; its native heads come from its config.")] = None,
+        "--model", help="HF model id; its native heads come from its config (ORG/NAME@DTYPE: served in "
+                        "other dtypes).")] = None,
     native_heads: Annotated[int | None, typer.Option(
         "--native-heads", help="Native head count (instead of --model).")] = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel size: local heads = native / tp.")] = None,
@@ -119,12 +126,15 @@ def query_command(
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Latency of one module shape: give the key columns as --FIELD VALUE (e.g. --batch-size 8 --isl 4096).
 
     With --model and --tp the keys the model fixes are derived (heads, kv heads, head_dim, window,
-    op_name, the checkpoint's GEMM dtype); --layer picks the layer kind where a model runs several on
-    one table (e.g. --layer sliding).
+    op_name); --layer picks the layer kind where a model runs several on one table (e.g. --layer
+    sliding). Dtypes are the deployment's choice: each defaults to the checkpoint's (or bfloat16
+    where measured) and the one given wins (--gemm-type bfloat16 serves the model in it, as
+    ORG/NAME@gemm=bfloat16 would).
 
     Exit codes: 0 answered (every line, with --batch), 1 not covered / out of coverage (or any
     batch line failed), 2 usage errors.
@@ -142,6 +152,10 @@ def query_command(
     fields = {k: v for k, v in fields.items() if v is not None}
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     if batch is not None:
+        if is_digits(batch) and not os.path.lexists(batch):  # `--batch 4` meant a batch size
+            raise E.QueryFieldError(
+                f"--batch takes a JSON-lines file of queries, and there is no file {E.quote(batch)}",
+                values={"batch": batch}, fix=f"did you mean --batch-size {batch}? (--batch FILE answers a file)")
         failed = answer_batch(db, batch, open_batch(batch), fields)
         raise typer.Exit(1 if failed else 0)
     if table is None:

@@ -63,6 +63,12 @@ MEASURED_BY = "measured_by"
 PROVENANCE_COLUMNS = ("framework", "version", "device", MODEL, ARCHITECTURE, MEASURED_BY)
 #: Measured alongside latency in some files; carried, not keyed.
 EXTRA_MEASUREMENTS = ("power", "power_limit")
+#: Key columns that name a dtype. A dtype is the deployment's choice (docs/queries.md): a query
+#: takes the value given over any default, and a key the table never measured is answered by the
+#: dtypes it did measure for those keys (the fix of the miss names them).
+DTYPE_KEYS = frozenset({"attn_dtype", "kv_cache_dtype", "mla_dtype", "gemm_type", "gemm_dtype", "bmm_dtype",
+                        "moe_dtype", "comm_dtype", "allreduce_dtype", "nccl_dtype", "quant_dtype", "quant_type",
+                        "kernel_dtype"})
 
 
 #: Decides, per row, where a zero latency is a real measurement rather than a defect.

@@ -2,16 +2,19 @@
 (modperf.percentiles) scored beside the closed form on the measured deployments, and a grouped
 cross-validation on the calibration half that says which of the two predicts it better.
 
-* **Scores** (both halves): every aggregated row both answer, the closed form with its fitted
-  constants (src/modperf/serving_constants.py) and the simulation with the same ``s_pre``,
-  ``s_dec`` and ``tau0`` (its default), for each simulation form.
+* **Scores** (both halves): every aggregated row both answer strictly (a row priced only with
+  ``allow_substitute`` is left out, as the scoreboard's headline leaves it out), the closed
+  form with the constants ``predict`` gives the row (its backend's, for its mode and its
+  system's GPU generation: ``modperf.serving.backend_of(backend).constants``) and the
+  simulation with its own fitted constants (src/modperf/simulation_constants.py).
 * **Cross-validation** (calibration rows only, aggregated, one measurement re-exported under
   several ids counted once; folds by model x system x backend, shuffled with seed 0, as
   ``--cv``): on each fold's training rows the closed form's constants are fitted as ``--fit``
-  does (Nelder-Mead, per backend), and so are the simulation's ``s_pre``, ``s_dec`` and
-  ``tau0`` (Nelder-Mead from the closed form's fitted values, per backend, same loss: mean
-  |log(pred / measured)| of TTFT plus TPOT); the held-out rows are predicted by each. Only rows
-  both answer are used, so the two are scored on the same rows.
+  does (``modperf.silicon.fit_constants``: per backend x generation), and so are the
+  simulation's ``s_pre``, ``s_dec``, ``tau0`` and ``osl_spread`` (per backend, Nelder-Mead
+  from the closed form's fitted values averaged over the backend's training rows, same loss:
+  mean |log(pred / measured)| of TTFT plus TPOT); the held-out rows are predicted by each.
+  Only rows both answer are used, so the two are scored on the same rows.
 
 The simulation's forms differ only in how the closed loop starts: ``synchronised`` (every user
 sends at time 0, as a benchmark starts) and ``random phases`` (first sends spread uniformly over
@@ -35,7 +38,8 @@ import numpy as np
 from modperf import errors as E
 from modperf.percentiles import Prepared, SimConstants, prepare, run
 from modperf.predict import Priced, solve
-from modperf.serving import Constants
+from modperf.serving.fit import nelder_mead
+from modperf.silicon import calibration_rows, fit_constants
 
 CONSTANTS_FILE = Path(__file__).resolve().parent.parent / "src" / "modperf" / "simulation_constants.py"
 
@@ -52,12 +56,17 @@ FORMS: dict[str, dict[str, Any]] = {
 FIT_ITERATIONS = 45
 
 
+def strict(p: Any) -> bool:
+    """Priced without substitution (the rows the fit may use and the headline scores)."""
+    return isinstance(p, Priced) and not p.substitutions
+
+
 def prepare_all(rows: list[dict[str, Any]], priced: dict[str, Priced | E.ModperfError]
                 ) -> tuple[dict[str, Prepared | E.ModperfError], float]:
-    """The grid and scheduler of every aggregated row the closed form answers."""
+    """The grid and scheduler of every aggregated row the closed form answers strictly."""
     out: dict[str, Prepared | E.ModperfError] = {}
     start = time.perf_counter()
-    todo = [r for r in rows if r["mode"] == "agg" and isinstance(priced.get(r["id"]), Priced)]
+    todo = [r for r in rows if r["mode"] == "agg" and strict(priced.get(r["id"]))]
     for i, r in enumerate(todo):
         try:
             out[r["id"]] = prepare(priced[r["id"]])
@@ -95,19 +104,28 @@ def _bounded(x) -> SimConstants:
 
 
 def fit_simulation(group, prepared, form, x0: list[float]) -> SimConstants:
-    """Nelder-Mead on the mean |log error| of TTFT plus TPOT of the simulation's means, from
-    ``x0`` = (s_pre, s_dec, tau0, osl_spread)."""
-    from scipy.optimize import minimize
+    """Nelder-Mead (modperf.serving.fit.nelder_mead, the closed form's) on the mean |log error|
+    of TTFT plus TPOT of the simulation's means, from ``x0`` = (s_pre, s_dec, tau0,
+    osl_spread), at most :data:`FIT_ITERATIONS` iterations."""
 
     def loss(x) -> float:
         c = _bounded(x)
         return _loss(group, lambda r: sim_means(prepared[r["id"]], c, form))
 
-    simplex = [x0, [x0[0] * 1.15, *x0[1:]], [x0[0], x0[1] * 1.1, *x0[2:]], [*x0[:2], x0[2] + 30.0, x0[3]],
-               [*x0[:3], x0[3] + 0.15]]
-    res = minimize(loss, x0=x0, method="Nelder-Mead",
-                   options={"maxiter": FIT_ITERATIONS, "xatol": 1e-3, "fatol": 1e-4, "initial_simplex": simplex})
-    return _bounded(res.x)
+    steps = [0.15 * x0[0], 0.1 * x0[1], 30.0, 0.15]
+    return _bounded(nelder_mead(loss, x0, steps, maxiter=FIT_ITERATIONS, xatol=1e-3, fatol=1e-4))
+
+
+def closed_form_start(group, choice: Any = None) -> list[float]:
+    """The simulation fit's start: the closed form's ``s_pre``, ``s_dec`` and ``tau0`` as
+    ``predict`` gives them to each of ``group``'s rows (per backend x generation; ``choice`` as
+    bench/silicon.py's row_constants takes it), averaged over the rows, and an output spread of
+    0.1."""
+    from silicon import row_constants
+
+    cs = [row_constants(r, choice) for r in group]
+    return [float(np.mean([c.s_pre for c in cs])), float(np.mean([c.s_dec for c in cs])),
+            float(np.mean([c.tau0_ms for c in cs])), 0.1]
 
 
 def _rounded(c: SimConstants) -> SimConstants:
@@ -139,9 +157,9 @@ def write_constants(fitted: dict[str, SimConstants], form: str, counts: dict[str
     CONSTANTS_FILE.write_text("\n".join(lines) + "\n")
 
 
-def simulate_mode(rows, priced, constants: dict[str, Any], *, folds: int = 4, cv: bool = True,
-                  fit: bool = False, all_forms: bool = False) -> None:
-    from silicon import calibration_rows, fit_group
+def simulate_mode(rows, priced, *, folds: int = 4, cv: bool = True, fit: bool = False,
+                  all_forms: bool = False) -> None:
+    from silicon import row_constants
 
     from modperf.percentiles import MEASURE_FIRST_WAVE, fitted_simulation_constants
 
@@ -153,6 +171,10 @@ def simulate_mode(rows, priced, constants: dict[str, Any], *, folds: int = 4, cv
           f"({seconds / max(len(prepared), 1) * 1000:.0f} ms per row); {len(ready)} ready")
     for reason, n in failed.most_common(5):
         print(f"  {n:>5}  {reason}")
+    substituted = sum(1 for r in rows if r["mode"] == "agg" and isinstance(priced.get(r["id"]), Priced)
+                      and not strict(priced[r["id"]]))
+    if substituted:
+        print(f"  ({substituted} aggregated rows answered only with allow_substitute: left out)")
     calib = [r for r in calibration_rows(rows, priced, "agg") if r["id"] in ready]
     form_name = "first wave measured" if MEASURE_FIRST_WAVE else "steady state"
     forms = FORMS if all_forms else {form_name: FORMS[form_name]}
@@ -170,22 +192,23 @@ def simulate_mode(rows, priced, constants: dict[str, Any], *, folds: int = 4, cv
             held = {g for i, g in enumerate(groups) if i % folds == k}
             train = [r for r in calib if (r["model_path"], r["system"], r["backend"]) not in held]
             test = [r for r in calib if (r["model_path"], r["system"], r["backend"]) in held]
+            # the closed form as --fit and --cv fit it: per backend x generation, training rows only
+            cf = fit_constants(train, priced)
             for backend in sorted({r["backend"] for r in test}):
                 group = [r for r in train if r["backend"] == backend]
                 if not group:
                     continue
-                cf = fit_group(group, priced, [1.0, 1.0, 100.0, 0.3])
                 for r in (r for r in test if r["backend"] == backend):
-                    pred = solve(priced[r["id"]], cf, "")
+                    pred = solve(priced[r["id"]], row_constants(r, cf), "")
                     errs["closed form"].append((pred.ttft_ms / r["silicon_ttft_ms"] - 1,
                                                 pred.tpot_ms / r["silicon_tpot_ms"] - 1))
                 for name, form in forms.items():
-                    cs = fit_simulation(group, ready, form, [cf.s_pre, cf.s_dec, cf.tau0_ms, 0.1])
+                    cs = fit_simulation(group, ready, form, closed_form_start(group, cf))
                     for r in (r for r in test if r["backend"] == backend):
                         t, p = sim_means(ready[r["id"]], cs, form)
                         errs[f"simulation, {name}"].append((t / r["silicon_ttft_ms"] - 1,
                                                             p / r["silicon_tpot_ms"] - 1))
-                    print(f"  fold {k} {backend}: closed form {cf}; simulation ({name}) {cs} "
+                    print(f"  fold {k} {backend}: closed form {cf[backend].sets}; simulation ({name}) {cs} "
                           f"[{time.perf_counter() - start:.0f} s]", file=sys.stderr)
         for name, e in errs.items():
             print(f"  {name:<34} {_stats(e)}   ({len(e)} rows)")
@@ -197,14 +220,17 @@ def simulate_mode(rows, priced, constants: dict[str, Any], *, folds: int = 4, cv
     form = FORMS[form_name]
     if fit:
         fitted, counts = {}, {}
+        start = time.perf_counter()
         for backend in sorted({r["backend"] for r in calib}):
             group = [r for r in calib if r["backend"] == backend]
             counts[backend] = len(group)
-            c = constants["agg"].get(backend, Constants())
-            fitted[backend] = _rounded(fit_simulation(group, ready, form, [c.s_pre, c.s_dec, c.tau0_ms, 0.1]))
-            print(f"  fitted {backend} ({len(group)} rows): {fitted[backend]}", file=sys.stderr)
+            x0 = closed_form_start(group)
+            fitted[backend] = _rounded(fit_simulation(group, ready, form, x0))
+            print(f"  fitted {backend} ({len(group)} rows) from {[round(v, 4) for v in x0]}: {fitted[backend]} "
+                  f"[{time.perf_counter() - start:.0f} s]", file=sys.stderr)
         write_constants(fitted, form_name, counts)
-        print(f"\nfitted the simulation ({form_name}) on calibration rows {counts}; wrote {CONSTANTS_FILE}")
+        print(f"\nfitted the simulation ({form_name}, at most {FIT_ITERATIONS} Nelder-Mead iterations per backend) "
+              f"on calibration rows {counts} in {time.perf_counter() - start:.0f} s; wrote {CONSTANTS_FILE}")
     else:
         fitted = fitted_simulation_constants()
     if not fitted:
@@ -213,14 +239,15 @@ def simulate_mode(rows, priced, constants: dict[str, Any], *, folds: int = 4, cv
 
     # --- scores on both halves
     agg = [r for r in rows if r["id"] in ready]
-    print(f"\nmeans scored on the {len(agg)} aggregated rows both answer (each with its own fitted constants; "
+    print(f"\nmeans scored on the {len(agg)} aggregated rows both answer strictly (each with its own fitted "
+          "constants: the closed form's per backend x generation as predict gives them; "
           f"simulation form: {form_name}; |relative error| median / p90 / signed median)")
     start = time.perf_counter()
     sims: dict[str, tuple[float, float]] = {}
     closed: dict[str, tuple[float, float]] = {}
     simulated_requests = 0
     for r in agg:
-        pred = solve(priced[r["id"]], constants["agg"].get(r["backend"], Constants()), "")
+        pred = solve(priced[r["id"]], row_constants(r), "")
         closed[r["id"]] = (pred.ttft_ms, pred.tpot_ms)
         sim = run(ready[r["id"]], fitted.get(r["backend"], SimConstants()), **form)
         simulated_requests += sim.stats["requests"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 from .percentiles import SimConstants
 
 AGG: dict[str, SimConstants] = {
-    "sglang": SimConstants(s_pre=0.9412, s_dec=1.204, tau0_ms=110.6931, osl_spread=0.0),
-    "trtllm": SimConstants(s_pre=1.1996, s_dec=0.916, tau0_ms=145.2181, osl_spread=0.4682),
-    "vllm": SimConstants(s_pre=1.2566, s_dec=0.9899, tau0_ms=51.2888, osl_spread=0.0512),
+    "sglang": SimConstants(s_pre=0.9283, s_dec=1.2356, tau0_ms=112.8471, osl_spread=0.0),
+    "trtllm": SimConstants(s_pre=1.1627, s_dec=0.9865, tau0_ms=149.0401, osl_spread=0.5743),
+    "vllm": SimConstants(s_pre=1.2955, s_dec=1.0647, tau0_ms=39.6896, osl_spread=0.0407),
 }
 PROVENANCE = ("fitted 2026-12-03 on calibration rows of silicon_sample.csv "
               "(sglang 277, trtllm 492, vllm 503; form: first wave measured)")

@@ -11,6 +11,7 @@ from modperf import errors as E
 from modperf.model_step import DecodePart, Parallel, SeqChunk, step_cost
 from modperf.percentiles import SimConstants, percentiles, prepare, run, scheduler_for
 from modperf.predict import deployment_from_row, price
+from modperf.serving import backend_of
 
 QWEN = dict(model_path="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", mode="agg", isl=1024, osl=128, tp_size=2)
 COMMON = dict(model="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", parallel=Parallel(tp=2))
@@ -96,12 +97,15 @@ def test_output_spread_breaks_the_wave(db: modperf.Database) -> None:
     calibration row: TTFT 818 ms, TPOT 98.5 ms measured). With every output 128 tokens the closed loop locks
     into a wave: the prompts prefilled in back-to-back full steps (four a step) finish in
     back-to-back decode steps and come back as one burst, which queues for the next full
-    steps; a 10 % spread in output lengths breaks the wave."""
+    steps; a 10 % spread in output lengths breaks the wave. The step scales and the frontend
+    time are the closed form's fitted ones for TRT-LLM on Hopper (docs/serving.md, "What it
+    simulates", gives the figures)."""
     dep = deployment_from_row({"model_path": "Qwen/Qwen3-32B", "system": "h100_sxm", "backend": "trtllm",
                                "mode": "agg", "isl": 2048, "osl": 128, "batch_size": 64, "tp_size": 1,
                                "gemm_quant_mode": "fp8"})
     prepared = prepare(price(db, dep))
-    c = SimConstants(s_pre=1.1089, s_dec=0.9286, tau0_ms=134.85)
+    closed_form = backend_of("trtllm").constants("agg", "h100_sxm")[0]
+    c = SimConstants(s_pre=closed_form.s_pre, s_dec=closed_form.s_dec, tau0_ms=closed_form.tau0_ms)
     exact = run(prepared, c)
     spread = run(prepared, SimConstants(c.s_pre, c.s_dec, c.tau0_ms, osl_spread=0.1))
     assert exact.summary()["ttft_ms"]["p50"] > 3000 and spread.summary()["ttft_ms"]["p50"] < 1000

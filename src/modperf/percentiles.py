@@ -361,14 +361,16 @@ def report(prepared: Prepared, sim: Simulated, constants: SimConstants, source: 
     priced = prepared.priced
     dep = priced.deployment
     assert dep.pool is not None
+    gpus = priced.gpus
+    assert gpus is not None  # None only for disaggregated deployments, which prepare() refuses
     summary = sim.summary()
     ttft, tpot = summary["ttft_ms"]["mean"], summary["tpot_ms"]["mean"]
     load = sim.workload
     if load.concurrency is not None:
         concurrency = load.concurrency * dep.pool.attention_dp
-        per_gpu = concurrency * dep.osl / (ttft + (dep.osl - 1) * tpot) * 1000.0 / priced.gpus
+        per_gpu = concurrency * dep.osl / (ttft + (dep.osl - 1) * tpot) * 1000.0 / gpus
     else:
-        per_gpu = sim.stats["requests_per_s"] * dep.pool.attention_dp * dep.osl / priced.gpus
+        per_gpu = sim.stats["requests_per_s"] * dep.pool.attention_dp * dep.osl / gpus
     notes = list(prepared.notes)
     if load.request_rate is not None and sim.stats["requests_per_s"] < 0.95 * load.request_rate:
         notes.append(f"the engine completes {sim.stats['requests_per_s']:.2f} requests/s per rank, below the "

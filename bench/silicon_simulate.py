@@ -208,7 +208,10 @@ def simulate_mode(rows, priced, *, folds: int = 4, cv: bool = True, fit: bool = 
                         t, p = sim_means(ready[r["id"]], cs, form)
                         errs[f"simulation, {name}"].append((t / r["silicon_ttft_ms"] - 1,
                                                             p / r["silicon_tpot_ms"] - 1))
-                    print(f"  fold {k} {backend}: closed form {cf[backend].sets}; simulation ({name}) {cs} "
+                    closed = {g: (c.s_pre, c.s_dec, c.tau0_ms, c.kappa, c.host_op_ms)
+                              for (m, g), c in cf[backend].sets.items() if m == "agg"}
+                    print(f"  fold {k} {backend}: closed form agg (s_pre, s_dec, tau0, kappa, host_op) {closed}; "
+                          f"simulation ({name}) {_rounded(cs)} "
                           f"[{time.perf_counter() - start:.0f} s]", file=sys.stderr)
         for name, e in errs.items():
             print(f"  {name:<34} {_stats(e)}   ({len(e)} rows)")

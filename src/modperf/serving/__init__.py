@@ -12,7 +12,12 @@
 * :mod:`.predict`: a deployment (flags, or a row of ``silicon_sample.csv``) priced from the op
   tables (:mod:`modperf.model.step`) and solved by the serving model;
 * :mod:`.silicon`: the measured deployments the corpus ships, the fixed calibration / evaluation
-  split, the scoreboard's pricing and the fit.
+  split, the scoreboard's pricing and the fit;
+* :mod:`.simulate`: a request-level simulation of one rank's scheduler on plain data (continuous
+  batching, chunked prefill, KV admission and preemption, closed or open loop), jumping between
+  scheduling events; :mod:`.percentiles` prices its step grid for a deployment and runs it
+  (``predict --percentiles``), with the simulation's own constants (:mod:`.simulation_constants`,
+  written by ``bench/silicon.py --simulate --fit`` from calibration rows only).
 
 May import: numpy, pyarrow; modperf.base, modperf.fast, modperf.specs, modperf.data, modperf.query,
 modperf.model.

@@ -469,6 +469,8 @@ class Priced:
     #: Ops answered from another native head count (``allow_substitute``): empty for a strict
     #: answer.
     substitutions: list[str] = field(default_factory=list)
+    #: Prices more steps of the same (aggregated) pool: the simulation's grid (modperf.percentiles).
+    pricer: _Steps | None = None
 
 
 def _substituted(substitutions: set[str]) -> list[str]:
@@ -576,7 +578,7 @@ def price(db: Database, dep: Deployment, served: Served | None = None, *, allow_
         return Priced(dep, inputs, agg_steps, mem.to_dict(), pool.batch * pool.attention_dp, pool.gpus_per_worker,
                       priced.kinds, priced.versions, notes + priced.notes + _substituted(priced.substitutions),
                       config.dtypes_served(), fallbacks=sorted(priced.fallbacks),
-                      substitutions=sorted(priced.substitutions))
+                      substitutions=sorted(priced.substitutions), pricer=priced)
     assert dep.prefill is not None and dep.decode is not None and dep.decode.batch is not None
     # Both pools' memory is checked before any step is priced: a deployment that cannot run is
     # refused as such whichever of its steps the tables could price.

@@ -24,6 +24,7 @@ class TRTLLM(Backend):
     scheduler = "mixed"
     max_running = 2048
     reserves_whole_sequence = True
+    kv_admission = "whole_sequence"
 
     def kv_budget_bytes(self, *, mem_capacity: float, weights: float, other: float, chunk: int,
                         gpus: int) -> float:

@@ -51,9 +51,9 @@ import numpy as np
 from aiconfigurator_side import Tool, ToolAnswers, held_out_answers
 
 import modperf
-from modperf.families import family_of
-from modperf.interp import REFUSED
-from modperf.query import TableIndex, build_grid, heads_is_axis
+from modperf.data.families import family_of
+from modperf.query.engine import TableIndex, build_grid, heads_is_axis
+from modperf.query.interp import REFUSED
 
 FAMILY_ORDER = ("gqa", "mla_kernel", "mla_module", "dsa", "dsv4", "msa", "sparse_kernel", "gemm")
 
@@ -222,7 +222,7 @@ def run(systems: list[str] | None, per_table: int, off_lattice: int, frontier: i
     for k in keys:
         print(f"{k:24s} {stats(inner[k]):>28s} | {stats(plane[k]):>31s} | {signed(front[k]):>38s}")
 
-    def pool(d: dict[str, list[float]], where) -> list[float]:  # noqa: ANN001
+    def pool(d: dict[str, list[float]], where) -> list[float]:
         return [e for k, v in d.items() if attention.get(k, True) and where(k) for e in v]
 
     print()

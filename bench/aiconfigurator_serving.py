@@ -8,7 +8,7 @@ serves many rows, so the tool loads its databases once per process, not once per
     python aiconfigurator_serving.py [--timeout SECONDS] [--aliases JSON]
     first line written:  {"ready": true, "tool": "aiconfigurator", "version": "0.12.0"}
                          or {"ready": false, "error": "..."} (then the process exits 1)
-    each line read:      a row of silicon_sample.csv as a predict question (modperf.silicon.question:
+    each line read:      a row of silicon_sample.csv as a predict question (modperf.serving.silicon.question:
                          the deployment columns, empty ones left out)
     each line written:   {"id", "ttft_ms", "tpot_ms", "seconds"} or {"id", "error", "seconds"}, in order
 

@@ -46,9 +46,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import modperf
-from modperf.buckets import NATIVE
-from modperf.families.base import HEADS, MODEL
-from modperf.reader import read_table
+from modperf.data.buckets import NATIVE
+from modperf.data.families.base import HEADS, MODEL
+from modperf.data.reader import read_table
 
 CHILD = Path(__file__).with_name("aiconfigurator_child.py")
 

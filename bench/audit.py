@@ -21,11 +21,11 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-from modperf.catalog import Catalog
-from modperf.coverage import coverage
-from modperf.dedupe import dedupe
-from modperf.families import model_head_axis_tables
-from modperf.quality import assess
+from modperf.audit.coverage import coverage
+from modperf.audit.dedupe import dedupe
+from modperf.data.catalog import Catalog
+from modperf.data.families import model_head_axis_tables
+from modperf.data.quality import assess
 
 GOAL_SECONDS = 30.0
 

@@ -33,9 +33,9 @@ import modperf  # noqa: E402
 CHILD = r"""
 import io, json, statistics, sys, time
 import modperf
-from modperf import batch
-from modperf.batch import read_lines, run_chunks
-from modperf.query_lines import LineAnswerer
+from modperf.fast import batch
+from modperf.fast.batch import read_lines, run_chunks
+from modperf.query.lines import LineAnswerer
 
 path, runs = sys.argv[1], int(sys.argv[2])
 data = open(path, "rb").read()

@@ -40,9 +40,9 @@ SRC = str(BENCH.parent / "src")
 sys.path.insert(0, SRC)
 
 import modperf  # noqa: E402
-from modperf.buckets import NATIVE  # noqa: E402
-from modperf.catalog import embedded_data_root  # noqa: E402
-from modperf.families.base import HEADS, TP, Tier  # noqa: E402
+from modperf.data.buckets import NATIVE  # noqa: E402
+from modperf.data.families.base import HEADS, TP, Tier  # noqa: E402
+from modperf.fast.cache_keys import embedded_data_root  # noqa: E402
 
 SOURCE = "h200_sxm/sparse_attention/sglang/0.5.14/dsa_context_module_perf.parquet"
 TIME = shutil.which("time") or "/usr/bin/time"

@@ -67,7 +67,7 @@ from aiconfigurator_side import NotDrivable, point_query  # noqa: E402
 from tests.helpers import point_fields  # noqa: E402
 
 import modperf  # noqa: E402
-from modperf.families import model_head_axis_tables  # noqa: E402
+from modperf.data.families import model_head_axis_tables  # noqa: E402
 
 SYSTEM = "h200_sxm"
 FAMILIES = [
@@ -540,6 +540,7 @@ def check_rows(args: argparse.Namespace, trees: list[tuple[str, str]], cache_dir
     """The whole-corpus ``check`` beside the cheapest read of the same files (a process reading
     every file with ``ParquetFile`` and dictionary strings), interleaved; CPU time (user +
     system, workers included) beside the wall time."""
+    # (the flat path modperf.catalog: both a tree before the stage packages and one after have it)
     read = ("import sys, pyarrow.parquet as pq\nfrom modperf.catalog import Catalog\n"
             "for r in Catalog.scan().files:\n"
             "    if r.path.suffix == '.parquet':\n"
@@ -587,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", help="another modperf source tree (its src folder) measured beside this one")
     args = parser.parse_args(argv)
 
-    from modperf.catalog import embedded_systems_dir
+    from modperf.fast.cache_keys import embedded_systems_dir
 
     root = str(embedded_systems_dir())
     db = modperf.open(cache=False)

@@ -14,7 +14,7 @@ import sys
 import time
 
 import modperf
-from modperf.estimate import estimate
+from modperf.model.estimate import estimate
 
 CASES = [
     # (model, system, backend, layers)
@@ -66,7 +66,7 @@ WHOLE = [
 
 
 def whole_model(repeat: int) -> None:
-    from modperf.model_step import DecodePart, Parallel, SeqChunk, step_cost
+    from modperf.model.step import DecodePart, Parallel, SeqChunk, step_cost
 
     print()
     print(f"{'whole model (scope model)':<32} {'system/backend':<18} {'warm 4 tp ms':>13} {'warm p90 ms':>12} "

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from modperf.check import describe_guard
-from modperf.families import registry
-from modperf.families.base import Ceiling, DuplicateSpread, LatencyFloor, Scaling, ShardedKey
-from modperf.keyed_guards import scaling_ratios, sharded_chains
-from modperf.loader import Loaded, Scope, load_many
-from modperf.roofline import gpu_spec
+from modperf.audit.check import describe_guard
+from modperf.data.families import registry
+from modperf.data.families.base import Ceiling, DuplicateSpread, LatencyFloor, Scaling, ShardedKey
+from modperf.data.keyed_guards import scaling_ratios, sharded_chains
+from modperf.data.loader import Loaded, Scope, load_many
+from modperf.specs.roofline import gpu_spec
 
 
 def ceiling_utilisation(keyed: Any, guard: Ceiling) -> float | None:

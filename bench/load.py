@@ -27,6 +27,9 @@ import subprocess
 import sys
 import tempfile
 
+#: The child imports modperf's modules by their flat paths (modperf.catalog, ...): a tree before
+#: the stage packages has only those, and a tree after them resolves each to its home
+#: (modperf.MOVED), so that the same child measures both.
 CHILD = r"""
 import json, os, resource, sys, time
 mode, system, backend, version = sys.argv[1:5]

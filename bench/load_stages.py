@@ -29,13 +29,13 @@ sys.path.insert(0, SRC)
 
 from bigtable import SOURCE, tile  # noqa: E402
 
-from modperf.catalog import embedded_data_root  # noqa: E402
+from modperf.fast.cache_keys import embedded_data_root  # noqa: E402
 
 CHILD = r"""
 import json, os, sys, threading, time
 from pathlib import Path
 import modperf
-from modperf.loader import load_one
+from modperf.data.loader import load_one
 root, table = sys.argv[1], sys.argv[2]
 db = modperf.open(data_root=root, cache=False)
 ref = next(iter(db.queries.store.catalog.select(table=table, physical=True)))

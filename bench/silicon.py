@@ -10,7 +10,7 @@ headline is the evaluation rows.
 
 Model ids of the file that the corpus does not bundle under that name (a renamed repository, a
 served variant) are asked as the file writes them: modperf resolves each to its bundled config
-(modperf.model_names: a table of known names with their sources, never a guess), and the row's
+(modperf.specs.model_names: a table of known names with their sources, never a guess), and the row's
 quant modes say how it is served.
 
     python bench/silicon.py                       # score every row with the fitted constants
@@ -20,6 +20,10 @@ quant modes say how it is served.
     python bench/silicon.py --limit 300           # a quick look (every n-th row)
     python bench/silicon.py --cv                  # the form choices: grouped CV on calibration rows
     python bench/silicon.py --tool                # also the best tool on the same rows (minutes)
+    python bench/silicon.py --simulate            # the grouped CV that says whether the simulation or the
+                                                  # closed form predicts calibration better, and both scored
+    python bench/silicon.py --simulate --fit      # fit the simulation's constants on calibration rows, write
+                                                  # src/modperf/serving/simulation_constants.py, score both halves
 
 ``--tool`` puts aiconfigurator's own serving estimate beside modperf's on one fixed sample: the
 evaluation rows of an 800-row stratified sample of the whole file (by system x backend x mode,
@@ -55,11 +59,11 @@ from silicon_tool import stats
 
 import modperf
 from modperf import errors as E
-from modperf.model_names import KNOWN_NAMES
-from modperf.predict import Priced, solve
 from modperf.serving import BACKENDS, Constants, backend_of, generation_of
 from modperf.serving.fit import FitResult
-from modperf.silicon import calibration_rows, fit_constants, price_rows, question, silicon_rows
+from modperf.serving.predict import Priced, solve
+from modperf.serving.silicon import calibration_rows, fit_constants, price_rows, question, silicon_rows
+from modperf.specs.model_names import KNOWN_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 SERVING = REPO / "src" / "modperf" / "serving"
@@ -69,7 +73,7 @@ END = "# --- end of fitted constants ---"
 
 #: Ids of the file without a bundled config under that name -> the bundled config of the same
 #: geometry, for the tool (which is given that config under the file's id); modperf resolves
-#: these names itself (modperf.model_names, the one home of the mapping).
+#: these names itself (modperf.specs.model_names, the one home of the mapping).
 USER_CONFIGS = {name: target.partition("@")[0] for name, (target, _) in KNOWN_NAMES.items()
                 if name in {"meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-8B-Instruct",
                             "nvidia/Llama-3.1-8B-Instruct-FP8", "zhipuai/GLM-5", "nvidia/DeepSeek-R1-NVFP4",
@@ -114,6 +118,10 @@ def noise_floor(rows: list[dict[str, Any]]) -> tuple[float, float, float, float]
 
 
 def price_all(db: modperf.Database, rows: list[dict[str, Any]]) -> dict[str, Priced | E.ModperfError]:
+    """Every row priced (``modperf.serving.silicon.price_rows``). The query engine's plan persistence is
+    off: the rows ask thousands of one-off step shapes, and persisting each group's plan (every
+    write walks the cache folder to bound it) cost more than the pricing (docs/performance.md)."""
+    db.queries.plans = None
     start = time.perf_counter()
 
     def progress(i: int) -> None:
@@ -292,6 +300,12 @@ def main() -> int:
     parser.add_argument("--limit", type=int, help="every n-th row, about this many (a quick look)")
     parser.add_argument("--cv", action="store_true", help="cross-validate the serving model's forms on calibration "
                         "rows (grouped folds) and stop")
+    parser.add_argument("--simulate", action="store_true", help="score the request-level simulation's means beside "
+                        "the closed form on both halves, cross-validate both on calibration rows, and stop "
+                        "(bench/silicon_simulate.py)")
+    parser.add_argument("--no-simulate-cv", action="store_true", help="with --simulate: no cross-validation")
+    parser.add_argument("--simulate-forms", choices=("kept", "all"), default="kept", help="with --simulate: "
+                        "cross-validate the kept simulation form only (default) or every form")
     parser.add_argument("--tool", action="store_true", help="also aiconfigurator on the stratified sample's rows")
     parser.add_argument("--tool-sample", type=int, default=800, help="rows of the whole file sampled (default 800)")
     parser.add_argument("--tool-python", help="interpreter with aiconfigurator installed (default: the first found)")
@@ -321,6 +335,11 @@ def main() -> int:
     print(f"priced {len(rows_priced)} rows in {seconds:.1f} s ({seconds / len(rows_priced) * 1000:.1f} ms per row)")
     if args.cv:
         cross_validate(rows_priced, priced)
+        return 0
+    if args.simulate:
+        from silicon_simulate import simulate_mode
+
+        simulate_mode(rows, priced, cv=not args.no_simulate_cv, fit=args.fit, all_forms=args.simulate_forms == "all")
         return 0
     choice: Any = None
     if args.fit:

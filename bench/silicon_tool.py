@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from modperf.silicon import EVALUATION, question
+from modperf.serving.silicon import EVALUATION, question
 
 CHILD = Path(__file__).with_name("aiconfigurator_serving.py")
 #: Interpreters tried, in order, when ``--tool-python`` is not given.

@@ -36,9 +36,9 @@ from silicon import calibration_rows, fit, predictions, price_all
 from silicon_tool import stats
 
 import modperf
-from modperf.predict import FALLBACKS, Priced
 from modperf.serving import generation_of
-from modperf.silicon import silicon_rows
+from modperf.serving.predict import FALLBACKS, Priced
+from modperf.serving.silicon import silicon_rows
 
 BANDS = ((1, 4, "<= 4"), (5, 32, "5-32"), (33, 256, "33-256"), (257, 1 << 30, "> 256"))
 FAMILIES = (("deepseek", "DeepSeek"), ("kimi", "Kimi"), ("glm", "GLM"), ("qwen3.5", "Qwen3.5"),
@@ -150,7 +150,7 @@ def switched(rule: str):
     where the backend's default rule leaves less than one request of KV but the GPU holds one,
     the physical remainder is the budget; ``fp8_kv`` (kept) taken away -- TRT-LLM's 8- or 4-bit
     checkpoints get the model's bfloat16 KV cache instead of fp8."""
-    import modperf.predict as predict_module
+    import modperf.serving.predict as predict_module
     from modperf.serving import TRTLLM, memory
 
     original_pool, original_element = predict_module.pool_memory, TRTLLM.kv_element_bytes
@@ -159,7 +159,7 @@ def switched(rule: str):
         try:
             return original_pool(backend, config, pool, system=system, memory=memory, chunk=chunk, tokens=tokens,
                                  reserved=reserved, element=element, what=what)
-        except modperf.errors.DeploymentFitError as exc:
+        except modperf.base.errors.DeploymentFitError as exc:
             if "default memory rule" not in exc.detail:
                 raise
         weights = memory_module.weight_bytes_per_gpu(config, pool)
@@ -184,20 +184,20 @@ def reprice_under(db: modperf.Database, rows: list[dict[str, Any]], strict: dict
                   ) -> tuple[dict[str, Any], dict[str, int]]:
     """The rows a switched rule may change re-priced under it (the memory floor: rows the
     default rule refuses; fp8 KV: TRT-LLM rows of 8- or 4-bit GEMMs)."""
-    from modperf.predict import deployment_from_row, price
-    from modperf.silicon import question
+    from modperf.serving.predict import deployment_from_row, price
+    from modperf.serving.silicon import question
 
     out, changed = dict(strict), {"calib": 0, "eval": 0}
     with switched(rule):
         for r in rows:
             v = strict[r["id"]]
-            refused = isinstance(v, modperf.errors.DeploymentFitError)
+            refused = isinstance(v, modperf.base.errors.DeploymentFitError)
             quantised = r["backend"] == "trtllm" and str(r.get("gemm_quant_mode") or "") not in ("", "bf16", "fp16")
             if not (refused or (rule == "fp8_kv" and quantised and isinstance(v, Priced))):
                 continue
             try:
                 out[r["id"]] = price(db, deployment_from_row(question(r)))
-            except modperf.errors.ModperfError as exc:
+            except modperf.base.errors.ModperfError as exc:
                 out[r["id"]] = exc
             if isinstance(out[r["id"]], Priced) != isinstance(v, Priced) or (
                     isinstance(v, Priced) and out[r["id"]].inputs != v.inputs):
@@ -208,9 +208,9 @@ def reprice_under(db: modperf.Database, rows: list[dict[str, Any]], strict: dict
 def decode_eager(db: modperf.Database):
     """The change of :func:`with_inputs` for decode steps priced eagerly (as the op tables
     measured them), not as a CUDA graph replays them: the decode step re-priced alone."""
-    from modperf.model_step import DecodePart, step_cost
-    from modperf.predict import _version_for, ffn_has_moe, served_model
-    from modperf.roofline import gpu_spec
+    from modperf.model.step import DecodePart, step_cost
+    from modperf.serving.predict import _version_for, ffn_has_moe, served_model
+    from modperf.specs.roofline import gpu_spec
 
     def change(p: Priced):
         dep = p.deployment
@@ -262,9 +262,9 @@ def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
 
 def floors(systems: tuple[str, ...] = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")) -> None:
     """Per GEMM table (every backend version of the systems the silicon rows use): the per-call
-    floor of each bucket at m = 1 and 8 (modperf.model_step.gemm_floors), the GPU's own floor
+    floor of each bucket at m = 1 and 8 (modperf.model.step.gemm_floors), the GPU's own floor
     (the table's lowest bucket), and what a CUDA graph removes: the difference."""
-    from modperf.model_step import GemmFloors, gemm_floors
+    from modperf.model.step import GemmFloors, gemm_floors
 
     db = modperf.open()
     print("\nGEMM PER-CALL FLOORS (us; median of weights <= 4M elements at that m): bucket floor / GPU floor "

@@ -12,7 +12,8 @@ import pytest
 from tests.helpers import LEGACY_DIR, STALE_DIR, shared_fixtures, writable_copy
 
 import modperf
-from modperf.models import ModelRegistry
+from modperf.fast import cache_keys
+from modperf.specs.models import ModelRegistry
 
 # The suite never writes to the user's cache: every test (and every process a test starts, which
 # inherits the environment) keeps its keyed-table cache in a folder of its own session.
@@ -63,9 +64,7 @@ def legacy(fixtures: Path, tmp_path: Path) -> Path:
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A cache folder of the test's own (the persisted cache on, whatever the environment says)."""
-    from modperf import cache
-
     folder = tmp_path / "cache"
-    monkeypatch.setenv(cache.CACHE_DIR_ENV, str(folder))
-    monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
+    monkeypatch.setenv(cache_keys.CACHE_DIR_ENV, str(folder))
+    monkeypatch.delenv(cache_keys.NO_CACHE_ENV, raising=False)
     return folder

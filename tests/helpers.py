@@ -16,7 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+
+from modperf.base.jsonio import dumps, dumps_small
+from modperf.fast.batch import LineTooLong, error_line, parse_line
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -81,7 +84,7 @@ def split_columns(table, leave_out: tuple[str, ...]) -> tuple[dict, list[str]]:
 
 def replay(rows, root: Path, table: str, *, leave_out: tuple[str, ...], system: str, backend: str, **kwargs):
     """Write ``rows`` through a writer the way a collector would, one add() per row."""
-    from modperf.writer import open_writer
+    from modperf.audit.writer import open_writer
 
     fixed, per_row = split_columns(rows, ("latency", *leave_out))
     version = fixed.pop("version")
@@ -245,14 +248,14 @@ class CrashServer:
 
 def files_of(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` except modperf's temporary files, by relative path."""
-    from modperf.atomic import TMP_SUFFIX
+    from modperf.base.atomic import TMP_SUFFIX
 
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
             if p.is_file() and not p.name.endswith(TMP_SUFFIX)}
 
 
 def temps_under(folder: Path) -> list[Path]:
-    from modperf.atomic import TMP_SUFFIX
+    from modperf.base.atomic import TMP_SUFFIX
 
     return sorted(p for p in folder.rglob(f"*{TMP_SUFFIX}"))
 
@@ -322,7 +325,7 @@ def kill_campaign(server: CrashServer, op: str, args: dict, folder: Path, old: d
 
 def variant(db: Any, tmp_path: Path, slot: tuple[str, str, str, str], mutate: Callable[[pa.Table], pa.Table]) -> Any:
     """A mutated copy of a real table, written in the standard layout under tmp_path."""
-    from modperf.catalog import refs_for_paths
+    from modperf.data.catalog import refs_for_paths
 
     ref = db.ref(*slot)
     table = mutate(pq.read_table(ref.path))
@@ -372,8 +375,8 @@ def column(table: pa.Table, name: str) -> np.ndarray:
 def point_fields(keyed: Any, bucket: int, point: int) -> dict[str, Any]:
     """The query fields that ask a keyed table for one of its measured points (slot, key
     columns, head identity by the family's tier, the point's axis values)."""
-    from modperf.buckets import NATIVE
-    from modperf.families.base import HEADS, TP, Tier
+    from modperf.data.buckets import NATIVE
+    from modperf.data.families.base import HEADS, TP, Tier
 
     ref = keyed.ref
     fields: dict[str, Any] = {"table": ref.table, "system": ref.system, "backend": ref.backend,
@@ -389,3 +392,21 @@ def point_fields(keyed: Any, bucket: int, point: int) -> dict[str, Any]:
     elif keyed.spec.head_axis:
         fields["num_heads"] = local
     return fields
+
+
+def run_lines(lines: Iterable[bytes | str | LineTooLong], answer: Callable[[dict[str, Any]], Any],
+              defaults: Mapping[str, Any] | None = None) -> Iterator[tuple[bool, str]]:
+    """The reference the chunked batch is held to (one line at a time, read by parse_line):
+    for each non-blank line: ``(True, json of answer(fields).to_dict())`` or ``(False, json
+    of {"error": ...})``. ``defaults`` are fields every line starts from (a line's own fields
+    win). Lines may be bytes (decoded as UTF-8 here) or str."""
+    base = dict(defaults or {})
+    for number, line in enumerate(lines, 1):
+        try:
+            obj = parse_line(number, line)
+            if obj is None:
+                continue
+            result = answer({**base, **obj})
+            yield True, dumps_small(result.to_dict())
+        except Exception as exc:  # a bad line never stops the batch
+            yield False, dumps(error_line(exc))

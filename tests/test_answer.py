@@ -1,4 +1,4 @@
-"""Answer (modperf.answer): a plain class that behaves as the dataclass it replaced (equality by
+"""Answer (modperf.fast.answer): a plain class that behaves as the dataclass it replaced (equality by
 value over every attribute, defaults, repr, to_dict, copy); importing the module imports
 neither numpy nor dataclasses."""
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from modperf.answer import Answer
+from modperf.fast.answer import Answer
 
 
 def sample(**optional: object) -> Answer:
@@ -42,9 +42,9 @@ def test_unknown_attributes_are_type_errors() -> None:
 
 def test_importing_the_fast_path_imports_no_numpy() -> None:
     heavy = "('numpy', 'dataclasses', 'pyarrow', 'json', 'pathlib', 'typing', 'typer', 'rich')"
-    for modules, want in (("modperf.answer, modperf.lattice, modperf.plans", "[]"),
+    for modules, want in (("modperf.fast.answer, modperf.fast.lattice, modperf.fast.plans", "[]"),
                           # (the command line's writer of the answer needs the JSON encoder)
-                          ("modperf.jsonio, modperf.cli._single", "['json']")):
+                          ("modperf.base.jsonio, modperf.cli._single", "['json']")):
         run = subprocess.run([sys.executable, "-c", f"import sys, {modules}; "
                               f"print(sorted(m for m in {heavy} if m in sys.modules))"],
                              capture_output=True, text=True, timeout=60)

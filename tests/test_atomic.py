@@ -1,4 +1,4 @@
-"""modperf.atomic: the one write path. Temporary files say whose they are and the next write
+"""modperf.base.atomic: the one write path. Temporary files say whose they are and the next write
 removes only those it proves stale; symbolic links are followed only on purpose; a file's
 owner stamp; a full disk leaves no file (real EFBIG writes: RLIMIT_FSIZE in a child process)."""
 
@@ -17,19 +17,18 @@ import pytest
 from tests.helpers import REPO, STALE_DIR, run_cli, snapshot, strict_json, writable_copy
 
 from modperf import errors as E
-from modperf.atomic import (
+from modperf.base.atomic import (
     TMP_SUFFIX,
     is_live_temp,
     is_stale_temp,
-    parquet_writer,
     stage,
     sweep,
     temp_files,
     temp_owner,
     text_writer,
     write_atomically,
-    written_by_modperf,
 )
+from modperf.data.parquet_files import parquet_writer, written_by_modperf
 
 ALIAS = "02_alias_duplication/githead_095f58a51"
 
@@ -151,7 +150,7 @@ import json, resource, sys
 sys.path.insert(0, {str(REPO)!r})
 import pyarrow.compute as pc, pyarrow.parquet as pq
 from modperf import errors as E
-from modperf.writer import open_writer
+from modperf.audit.writer import open_writer
 from tests.helpers import split_columns
 t = pq.read_table({str(fixtures / "07_latent_collision/wheel/b200_sxm/sparse_attention/sglang/0.5.14/dsv4_csa_generation_module_perf.parquet")!r})
 rows = t.filter(pc.equal(t.column("model"), "deepseek-ai/DeepSeek-V4-Pro"))

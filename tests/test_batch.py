@@ -1,4 +1,4 @@
-"""modperf.batch: input read as bytes, one answer or one error line per input line, whatever a
+"""modperf.fast.batch: input read as bytes, one answer or one error line per input line, whatever a
 line holds (invalid UTF-8, 100,000 nested arrays, NaN, a key named ``self``, 17 MB), and a
 table the loader rejects is read once per database, not once per line."""
 
@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.helpers import run_main, strict_json
+from tests.helpers import run_lines, run_main, strict_json
 
 import modperf
 from modperf import errors as E
-from modperf import loader
-from modperf.batch import LineTooLong, parse_line, read_lines, run_lines
+from modperf.data import loader
+from modperf.fast.batch import LineTooLong, parse_line, read_lines
 
 MLA = "07_latent_collision/wheel/gb300/mla/vllm/0.27.0/mla_context_module_perf.parquet"
 LINE = {"table": "mla_context_module", "system": "gb300", "backend": "vllm", "version": "0.27.0",
@@ -53,7 +53,7 @@ def test_every_line_is_answered_in_order(db: modperf.Database) -> None:
     assert messages[7].startswith("line 9 is not strict JSON: NaN is not a JSON number")
     assert messages[8].startswith("line 10 is not strict JSON: field 'isl' appears twice")
     assert messages[9].startswith("line 11 is not strict JSON: Exceeds the limit (4300 digits)")
-    # (the error a fresh resolution gives, though the first line's plan is cached: modperf.query)
+    # (the error a fresh resolution gives, though the first line's plan is cached: modperf.query.engine)
     assert messages[10].startswith("field 'isl' must be a string, a number or a boolean, not a list")
     assert messages[11].startswith("line 13 is not JSON")
 
@@ -145,7 +145,7 @@ def test_small_dumps_writes_what_dumps_writes(db) -> None:
 
     import numpy as np
 
-    from modperf.jsonio import dumps, dumps_small
+    from modperf.base.jsonio import dumps, dumps_small
 
     answer = db.answer({**LINE}, quality=True).to_dict()
     odd = {"nan": float("nan"), "inf": [float("-inf")], "np": np.float64(0.1), "npnan": np.float32("nan"),

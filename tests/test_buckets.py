@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from modperf.catalog import refs_for_paths
-from modperf.codes import combine, dense_levels, factorize, unique_codes
-from modperf.loader import load_table
+from modperf.data.catalog import refs_for_paths
+from modperf.data.codes import combine, dense_levels, factorize, unique_codes
+from modperf.data.loader import load_table
 
 
 def raw_rows(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
@@ -94,7 +94,7 @@ def test_gb300_mla_module_keeps_kimi_k3_and_deepseek_v3_apart(db):
 
 
 def test_aliases_share_a_bucket(fixtures: Path):
-    from modperf.models import ModelRegistry
+    from modperf.specs.models import ModelRegistry
 
     path = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
     keyed = load_table(refs_for_paths([path])[0], ModelRegistry.default())
@@ -106,7 +106,7 @@ def test_aliases_share_a_bucket(fixtures: Path):
 
 
 def test_dsa_aliases_and_natives(fixtures: Path):
-    from modperf.models import ModelRegistry
+    from modperf.specs.models import ModelRegistry
 
     path = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/sparse_attention/vllm/0.22.0/dsa_generation_module_perf.parquet"
     keyed = load_table(refs_for_paths([path])[0], ModelRegistry.default())
@@ -146,8 +146,8 @@ def test_glm5_glm52_dense_mha_rows_are_kept_apart_by_op_name(db, system, median)
 
 
 def test_narrowest_types_hold_every_value_exactly():
-    from modperf.buckets import _count_type
-    from modperf.codes import narrowest_int, narrowest_signed
+    from modperf.data.buckets import _count_type
+    from modperf.data.codes import narrowest_int, narrowest_signed
 
     for values, dtype in (([0, 127], np.int8), ([-128, 5], np.int8), ([0, 128], np.int16), ([-129], np.int16),
                           ([32767], np.int16), ([32768], np.int32), ([2**31 - 1, -(2**31)], np.int32),
@@ -167,7 +167,7 @@ def test_narrowest_types_hold_every_value_exactly():
 def test_keyed_axes_and_counts_are_stored_narrow(db):
     """The b300 DSV4 CSA context table: axes in the narrowest type of their values, the rows
     merged into a point (1, 2, 3 or 6) as uint8; the values are the file's."""
-    from modperf.codes import narrowest_signed
+    from modperf.data.codes import narrowest_signed
 
     keyed = db.table("b300_sxm", "sglang", "0.5.14", "dsv4_csa_context_module")
     raw = raw_rows(keyed.ref.path, list(keyed.spec.axes))
@@ -186,7 +186,7 @@ def test_a_point_merging_300_rows_counts_them_in_uint16(db, tmp_path):
     import pyarrow as pa
     from tests.helpers import variant
 
-    from modperf.models import ModelRegistry
+    from modperf.specs.models import ModelRegistry
 
     def repeat_first(table: pa.Table) -> pa.Table:
         return pa.concat_tables([table] + [table.slice(0, 1)] * 299)
@@ -203,8 +203,8 @@ def test_scaling_ratios_over_narrow_axes_equal_the_int64_ones(db):
     and ratios are those of int64 axes."""
     import copy
 
-    from modperf.families.base import Scaling
-    from modperf.keyed_guards import scaling_ratios
+    from modperf.data.families.base import Scaling
+    from modperf.data.keyed_guards import scaling_ratios
 
     keyed = db.table("a100_sxm", "nccl", "2.27.3", "nccl")
     assert keyed.axes["message_size"].dtype == np.int32
@@ -248,8 +248,8 @@ def test_keying_is_the_same_whichever_way_the_key_is_coded(db, fixtures: Path, m
     row's rank among the distinct rows: real tables key the same every way, aliases included."""
     import dataclasses
 
-    import modperf.buckets as buckets
-    from modperf.loader import load_one
+    import modperf.data.buckets as buckets
+    from modperf.data.loader import load_one
 
     alias = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
     refs = [db.table(*slot).ref for slot in KEYED_BY_EVERY_CODING] + [refs_for_paths([alias])[0]]
@@ -275,8 +275,8 @@ def test_a_big_table_reads_its_points_back_from_the_key_code(db, fixtures: Path,
     through their ranks' values): the same keyed table as the gathers give, aliases included."""
     import dataclasses
 
-    import modperf.buckets as buckets
-    from modperf.loader import load_one
+    import modperf.data.buckets as buckets
+    from modperf.data.loader import load_one
 
     alias = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
     refs = [db.table(*slot).ref for slot in KEYED_BY_EVERY_CODING] + [refs_for_paths([alias])[0]]
@@ -311,8 +311,8 @@ def test_keying_is_the_same_in_chunks_of_any_size(db, fixtures: Path, monkeypatc
     the same whatever the chunk, cut inside or between repeated keys."""
     import dataclasses
 
-    import modperf.buckets as buckets
-    from modperf.loader import load_one
+    import modperf.data.buckets as buckets
+    from modperf.data.loader import load_one
 
     alias = fixtures / "02_alias_duplication/githead_095f58a51/h200_sxm/mla/vllm/0.22.0/mla_context_module_perf.parquet"
     refs = [db.table(*slot).ref for slot in KEYED_BY_EVERY_CODING] + [refs_for_paths([alias])[0]]
@@ -330,7 +330,7 @@ def test_keying_is_the_same_in_chunks_of_any_size(db, fixtures: Path, monkeypatc
 def test_a_load_keeps_the_validated_table_only_when_asked(db):
     """Without ``keep_validated`` keying takes the validated columns over (they are dropped
     as keying goes); the keyed table is the same either way, and the audits' view is whole."""
-    from modperf.loader import load_one
+    from modperf.data.loader import load_one
 
     for slot in KEYED_BY_EVERY_CODING:
         ref = db.table(*slot).ref
@@ -347,8 +347,8 @@ def test_scaling_pairs_by_binary_search_are_the_ranked_ones(db):
     """Stored points ascend in key order, so a step's partner is found by a binary search over
     (bucket, axis - min) codes; the ranked way (every value and stepped value factorized, codes
     sorted) pairs the same points in the same order."""
-    from modperf.families.base import Scaling
-    from modperf.keyed_guards import _bucket_targets, _point_bucket, _scaling_ratios_ranked, scaling_ratios
+    from modperf.data.families.base import Scaling
+    from modperf.data.keyed_guards import _bucket_targets, _point_bucket, _scaling_ratios_ranked, scaling_ratios
 
     checked = 0
     for slot in [("a100_sxm", "nccl", "2.27.3", "nccl"), ("h200_sxm", "sglang", "0.5.14", "moe"),
@@ -375,8 +375,8 @@ def test_keying_is_the_same_whatever_integer_type_validation_hands_it(db, dtype)
     table that holds them narrow) key the same table, axes in the same narrow types."""
     import dataclasses
 
-    from modperf.buckets import build_buckets
-    from modperf.loader import load_one
+    from modperf.data.buckets import build_buckets
+    from modperf.data.loader import load_one
 
     for slot in KEYED_BY_EVERY_CODING[:3]:
         vt = load_one(db.table(*slot).ref, db.queries.store.models, keep_validated=True).validated

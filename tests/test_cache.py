@@ -1,4 +1,4 @@
-"""The persisted cache of keyed tables (modperf.cache): correctness, never speed.
+"""The persisted cache of keyed tables (modperf.data.keyed_cache): correctness, never speed.
 
 Every test keeps its cache in its own tmp folder (MODPERF_CACHE_DIR); conftest.py points the
 whole suite at a session folder so that nothing writes to the user's cache."""
@@ -19,7 +19,10 @@ import pytest
 from tests.helpers import REPO, run_cli, stored_latency
 
 import modperf
-from modperf import cache, interp
+from modperf.data import cache_info
+from modperf.data import keyed_cache as cache
+from modperf.fast import cache_keys, persist
+from modperf.query import interp
 
 SLOT = ("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module")
 MLA = {"table": "mla_context_module", "system": "h200_sxm", "backend": "trtllm", "version": "1.3.0rc20",
@@ -177,23 +180,23 @@ def test_the_size_bound_removes_the_entry_used_longest_ago(cache_dir: Path, root
     want = answers(modperf.open(root, cache=False))
     modperf.open(root).table(*SLOT)
     (first,) = entry_files(cache_dir)
-    monkeypatch.setenv(cache.MAX_BYTES_ENV, str(first.stat().st_size + 1))
+    monkeypatch.setenv(persist.MAX_BYTES_ENV, str(first.stat().st_size + 1))
     other = modperf.open(root, [fixtures / "09_hf_configs"])
     other.table(*SLOT)
     (second,) = entry_files(cache_dir)
     assert second != first and not first.exists()
     assert answers(other) == want and answers(modperf.open(root, [fixtures / "09_hf_configs"])) == want
     assert entry_files(cache_dir) == [second]
-    monkeypatch.setenv(cache.MAX_BYTES_ENV, "lots")
-    assert cache.max_bytes() == cache.DEFAULT_MAX_BYTES
-    assert any("is not a whole number of bytes" in n for n in cache.notes)
+    monkeypatch.setenv(persist.MAX_BYTES_ENV, "lots")
+    assert persist.max_bytes() == persist.DEFAULT_MAX_BYTES
+    assert any("is not a whole number of bytes" in n for n in persist.NOTES)
 
 
 def test_unwritable_cache_degrades_to_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, root: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    monkeypatch.setenv(cache.CACHE_DIR_ENV, str(blocker / "cache"))
+    monkeypatch.setenv(cache_keys.CACHE_DIR_ENV, str(blocker / "cache"))
     want = answers(modperf.open(root, cache=False))
     capsys.readouterr()
     assert answers(modperf.open(root)) == want
@@ -203,7 +206,7 @@ def test_unwritable_cache_degrades_to_no_cache(tmp_path: Path, monkeypatch: pyte
 
 
 def test_env_turns_the_cache_off(cache_dir: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(cache.NO_CACHE_ENV, "1")
+    monkeypatch.setenv(cache_keys.NO_CACHE_ENV, "1")
     answers(modperf.open(root))
     assert not cache_dir.exists()
     assert modperf.open(root, cache=True).store.cache
@@ -315,7 +318,7 @@ def test_grids_are_kept_beside_the_entry_and_restored_bit_for_bit(cache_dir: Pat
     assert_same_grid(warm_db.queries.grid(MLA), fresh_db.queries.grid(MLA))
     monkeypatch.undo()
     assert grid_files(cache_dir) == [kept]
-    cache.clear(cache_dir)
+    cache_info.clear(cache_dir)
     assert grid_files(cache_dir) == [] and entry_files(cache_dir) == []
 
 

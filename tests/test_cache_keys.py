@@ -1,4 +1,4 @@
-"""What the persisted caches are keyed by (modperf.cache_keys), in the standard library only."""
+"""What the persisted caches are keyed by (modperf.fast.cache_keys), in the standard library only."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import modperf
-from modperf import cache_keys
-from modperf.catalog import embedded_data_root
+from modperf.fast import cache_keys
+from modperf.fast.cache_keys import embedded_data_root
 
 
 def test_the_cache_folder_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

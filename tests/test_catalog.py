@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from modperf import errors as E
-from modperf.catalog import Catalog, embedded_data_root, refs_for_paths, resolve_data_root, sidecar_problems
-from modperf.families import declared_tables, model_head_axis_tables
+from modperf.data.catalog import Catalog, refs_for_paths, resolve_data_root, sidecar_problems
+from modperf.data.families import declared_tables, model_head_axis_tables
+from modperf.fast.cache_keys import embedded_data_root
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +17,7 @@ def catalog() -> Catalog:
 
 def test_embedded_root_is_found_without_importing_the_data_package():
     code = (
-        "import sys; from modperf.catalog import Catalog; c = Catalog.scan(); "
+        "import sys; from modperf.data.catalog import Catalog; c = Catalog.scan(); "
         "print(len(c.files)); print('aiconfigurator_core' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -184,7 +185,7 @@ def test_a_folder_named_like_a_table_and_leftover_temp_files(fixtures: Path, tmp
 
 
 def test_slot_lookup_follows_a_replaced_list_of_slots(db) -> None:
-    from modperf.catalog import Catalog
+    from modperf.data.catalog import Catalog
 
     catalog = Catalog.scan()
     first = catalog.slots[0]

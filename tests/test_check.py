@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from modperf import errors as E
-from modperf.catalog import Catalog
-from modperf.check import check
-from modperf.families import family_of, model_head_axis_tables
-from modperf.families.base import Tier
+from modperf.audit.check import check
+from modperf.data.catalog import Catalog
+from modperf.data.families import family_of, model_head_axis_tables
+from modperf.data.families.base import Tier
 
 EXPECTED_NATIVES = {
     "deepseek-ai/DeepSeek-V3": 128, "deepseek-ai/DeepSeek-V3.2": 128, "deepseek-ai/DeepSeek-V4-Pro": 128,
@@ -169,7 +169,7 @@ def test_unknown_table_filter_is_a_usage_error():
 
 
 def test_describe_family_lists_the_declarations() -> None:
-    from modperf.check import describe_family
+    from modperf.audit.check import describe_family
 
     a2a = describe_family("alltoall")
     normal = next(t for t in a2a["tables"] if t["table"] == "wideep_deepep_normal")
@@ -193,7 +193,7 @@ def test_forked_workers_report_what_one_process_reports(fixtures: Path, monkeypa
     and every failure (type, message, file, rows, values, fix) equals the in-process load."""
     import importlib
 
-    check_module = importlib.import_module("modperf.check")  # (modperf.check is also the function)
+    check_module = importlib.import_module("modperf.audit.check")  # (modperf.audit.check is also the function)
 
     alone = check([str(fixtures)], workers=1)
     assert len(alone.files) == 29 >= check_module.PROCESS_MIN_FILES and len(alone.failures) == 17
@@ -219,7 +219,7 @@ def test_a_worker_that_dies_loses_no_file(fixtures: Path, monkeypatch):
     import importlib
     import os
 
-    check_module = importlib.import_module("modperf.check")
+    check_module = importlib.import_module("modperf.audit.check")
     alone = check([str(fixtures)], workers=1)
     parent = os.getpid()
     real = check_module.load_one
@@ -246,12 +246,12 @@ def test_checking_tables_that_unpivot_and_convert_units_never_imports_pandas():
 
     code = (
         "import sys, numpy as np, pyarrow as pa\n"
-        "from modperf.check import check\n"
+        "from modperf.audit.check import check\n"
         "r = check(table='wideep_deepep_normal', workers=1)\n"
         "r2 = check(table='wideep_deepep_ll', workers=1)\n"
         "assert r.files and r2.files and all(f.ok for f in [*r.files, *r2.files]), r.failures + r2.failures\n"
         "assert 'pandas' not in sys.modules\n"
-        "from modperf.conventions import _repeated\n"
+        "from modperf.data.conventions import _repeated\n"
         "for text, n in (('dispatch', 5), ('', 3), ('combine', 0), ('é', 4)):\n"
         "    assert _repeated(text, n).equals(pa.array([text] * n, pa.string()))\n"
         "print('ok')\n")

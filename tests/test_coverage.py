@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from modperf import errors as E
-from modperf.coverage import (
+from modperf.audit.coverage import (
     coverage,
     coverage_diff,
     model_coverage,
@@ -80,7 +80,7 @@ def test_model_question_named_alias_and_local_only() -> None:
     k3 = model_coverage("moonshotai/Kimi-K3", [1, 2, 4, 8, 16], table="mla_context_module")
     answering = [(a.ref.system, a.ref.backend, a.ref.version, a.answerable_tps) for a in k3.answers if a.answerable_tps]
     # tp16 (local 6) was not swept, but it lies between the measured locals 4 and 8: a query
-    # answers it interpolated, and coverage says so (one heads-axis rule, modperf.deployment)
+    # answers it interpolated, and coverage says so (one heads-axis rule, modperf.query.deployment)
     assert answering == [("gb300", "vllm", "0.27.0", [1, 2, 4, 8, 16])]
     (gb300,) = [a for a in k3.answers if a.answerable_tps]
     assert gb300.cells[16].measured is False and gb300.cells[16].answer == "interpolated"
@@ -192,7 +192,7 @@ def test_option_errors() -> None:
 
 def test_plot_files(mla_module_coverage, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the [plot] extra (matplotlib) is not installed")
-    from modperf.plot import plot_coverage, plot_model
+    from modperf.audit.plot import plot_coverage, plot_model
 
     out = plot_coverage(mla_module_coverage["mla_context_module"], tmp_path / "mla.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

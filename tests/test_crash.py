@@ -20,9 +20,9 @@ from tests.helpers import (
     writable_copy,
 )
 
-from modperf.catalog import refs_for_paths
-from modperf.loader import load_one
-from modperf.models import ModelRegistry
+from modperf.data.catalog import refs_for_paths
+from modperf.data.loader import load_one
+from modperf.specs.models import ModelRegistry
 
 #: Kills per write; each is a full run up to the kill and a full re-run (the suite's budget).
 TRIALS = 12

@@ -11,11 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from modperf import errors as E
-from modperf.atomic import written_by_modperf
-from modperf.catalog import TableRef, embedded_data_root, refs_for_paths
-from modperf.dedupe import DEFAULT_TOLERANCE, audit_table, dedupe, write_table
-from modperf.loader import load_one
-from modperf.models import ModelRegistry
+from modperf.audit.dedupe import DEFAULT_TOLERANCE, audit_table, dedupe, write_table
+from modperf.data.catalog import TableRef, refs_for_paths
+from modperf.data.loader import load_one
+from modperf.data.parquet_files import written_by_modperf
+from modperf.fast.cache_keys import embedded_data_root
+from modperf.specs.models import ModelRegistry
 
 ALIAS = "02_alias_duplication"
 V3, R1, NVFP4 = "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-R1", "nvidia/DeepSeek-V3.1-NVFP4"

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from modperf import errors as E
-from modperf.deployment import heads_answer, local_heads, local_kv_heads, parse_tps, validate_tps
+from modperf.query.deployment import heads_answer
+from modperf.specs.shard import local_heads, local_kv_heads, parse_tps, validate_tps
 
 
 def test_parse_and_validate_tps():

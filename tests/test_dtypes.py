@@ -14,14 +14,14 @@ from tests.helpers import run_cli
 
 import modperf
 from modperf import errors as E
-from modperf.buckets import NATIVE
-from modperf.estimate import COMPOSED_MLA_TABLES
-from modperf.families import model_head_axis_tables
-from modperf.families.base import DTYPE_KEYS, HEADS, TP
-from modperf.layers import layer_schedule
-from modperf.loader import parallel_map
-from modperf.query import QueryEngine
-from modperf.resolve import SERVED_COLUMNS, derive, layer_kinds
+from modperf.data.buckets import NATIVE
+from modperf.data.families import model_head_axis_tables
+from modperf.data.families.base import DTYPE_KEYS, HEADS, TP
+from modperf.data.loader import parallel_map
+from modperf.model.estimate import COMPOSED_MLA_TABLES
+from modperf.query.engine import QueryEngine
+from modperf.query.resolve import SERVED_COLUMNS, derive, layer_kinds
+from modperf.specs.layers import layer_schedule
 
 
 def _askers(db: modperf.Database, table: str, phase: str) -> list[tuple[str, Any, bool]]:
@@ -44,7 +44,7 @@ class _Walk:
     """One stored point per (attention table, model, dtype combination, tp) of the corpus, as the
     question a user asks: model, tp, the layer kind where the model runs several on the table,
     the row's dtypes and other keys, the point's shape -- everything the model fixes left out
-    (modperf.resolve.derive) -- with the stored latency. The models are those the rows record;
+    (modperf.query.resolve.derive) -- with the stored latency. The models are those the rows record;
     for tables whose rows record none, the first model (by id) of those that run the table
     (:func:`_askers`) whose geometry at some tp is the bucket's."""
 
@@ -60,7 +60,7 @@ class _Walk:
         self._kinds: dict[tuple[str, str, str], list[Any]] = {}
 
     def kinds(self, model: str, table: str, phase: str) -> list[Any]:
-        """The model's layer kinds on the table (modperf.resolve.layer_kinds), once per model."""
+        """The model's layer kinds on the table (modperf.query.resolve.layer_kinds), once per model."""
         ident = (model, table, phase)
         if ident not in self._kinds:
             self._kinds[ident] = [k for k, _ in layer_kinds(self.db.models.get(model), table, phase)]
@@ -302,7 +302,7 @@ def test_estimate_refuses_a_dtype_it_would_not_price(argv: list[str], kind: str,
     (["--gemm-quant", "bfloat16"], "gemm", "bfloat16"),
     (["--system", "b200_sxm", "--moe-quant", "nvfp4"], "moe", "nvfp4")])
 def test_predict_reports_the_dtype_given(db: modperf.Database, argv: list[str], part: str, value: str) -> None:
-    from modperf.predict import deployment_from_row, predict
+    from modperf.serving.predict import deployment_from_row, predict
 
     code, doc = cli([*PREDICT, *argv])
     assert code == 0, doc

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from tests.helpers import column, set_col, stored_latency, stored_rows, variant
 
 import modperf
 from modperf import errors as E
-from modperf.loader import load_one, load_table
-from modperf.models import ModelRegistry
-from modperf.roofline import gpu_spec
-from tests.helpers import column, set_col, stored_latency, stored_rows, variant
+from modperf.data.loader import load_one, load_table
+from modperf.specs.models import ModelRegistry
+from modperf.specs.roofline import gpu_spec
 
 
 def rejected(ref, models: ModelRegistry) -> list[E.ModperfError]:
@@ -231,7 +231,7 @@ def test_deepep_outside_the_layout_cannot_derive_its_ep_size(db, models, tmp_pat
     out = tmp_path / "loose" / "wideep_deepep_ll_perf.parquet"
     out.parent.mkdir()
     out.write_bytes(db.ref("h200_sxm", "sglang", "0.5.12", "wideep_deepep_ll").path.read_bytes())
-    f = only(rejected(modperf.catalog.refs_for_paths([out])[0], models), E.SystemSpecError)
+    f = only(rejected(modperf.data.catalog.refs_for_paths([out])[0], models), E.SystemSpecError)
     assert "ep_size = node_num * gpus_per_node of the system" in str(f)
 
 

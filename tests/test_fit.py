@@ -11,7 +11,7 @@ import modperf
 from modperf.serving import BACKENDS, Constants
 from modperf.serving.fit import MIN_ROWS, AggBatch, Row, covered_generations, fit_agg, nelder_mead
 from modperf.serving.model import AggInputs
-from modperf.silicon import CALIBRATION, fit_constants, price_rows, silicon_rows
+from modperf.serving.silicon import CALIBRATION, fit_constants, price_rows, silicon_rows
 
 
 def test_the_constants_are_a_refit_on_the_calibration_rows() -> None:
@@ -20,7 +20,7 @@ def test_the_constants_are_a_refit_on_the_calibration_rows() -> None:
     decimals the fit writes. About 15-20 s on an idle 2-core machine: the pricing, not the fit
     (under a second), is what takes the time."""
     rows = [r for r in silicon_rows() if r["split"] == CALIBRATION]
-    db = modperf.open()  # the file's ids modperf.model_names resolves, as the bench prices them
+    db = modperf.open()  # the file's ids modperf.specs.model_names resolves, as the bench prices them
     priced = price_rows(db, rows, substitute=False)
     fitted = fit_constants(rows, priced)
     for name, result in fitted.items():

@@ -1,4 +1,4 @@
-"""modperf.footer reads what a column's statistics say without pyarrow: on every corpus file it
+"""modperf.data.footer reads what a column's statistics say without pyarrow: on every corpus file it
 agrees with pyarrow reading the column, and wherever the footer cannot vouch for one value on
 every row it says nothing (the catalog then reads the column)."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from modperf.catalog import Catalog
-from modperf.footer import constant_value, file_metadata
+from modperf.data.catalog import Catalog
+from modperf.data.footer import constant_value, file_metadata
 
 
 def test_every_corpus_files_version_column_as_pyarrow_reads_it() -> None:

@@ -72,7 +72,7 @@ def test_kind_codes_have_names(db) -> None:
 
 
 def test_export_from_python_fails_closed(db, tmp_path) -> None:
-    from modperf.export import SLOT_COLUMNS
+    from modperf.audit.export import SLOT_COLUMNS
 
     done = modperf.export(db, tmp_path / "mla.csv", system="gb300", table="mla_context_module", version="0.27.0")
     assert done.ok and done.rows == 21860 and done.columns[:5] == list(SLOT_COLUMNS)

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modperf import interp
-from modperf.interp import (
+from modperf.query import interp
+from modperf.query.interp import (
     CURVATURES,
     EXACT,
     EXTRAPOLATED,

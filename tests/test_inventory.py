@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from modperf.inventory import list_tables
+from modperf.data.inventory import list_tables
 
 
 def test_one_slot_lists_rows_and_head_pairs() -> None:

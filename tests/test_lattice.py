@@ -1,4 +1,4 @@
-"""The scalar lookup on plain lists (modperf.lattice): a lattice restored from a grid's plain
+"""The scalar lookup on plain lists (modperf.fast.lattice): a lattice restored from a grid's plain
 parts answers every point inside the measured range as the grid does, bit for bit, without a
 roofline; a point outside is not ``inside`` (the caller leaves it to the grid)."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from tests.test_interp import FULL, make
 
-from modperf.lattice import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED, Lattice, Lookup
+from modperf.fast.lattice import EXACT, EXTRAPOLATED, INTERPOLATED, REFUSED, Lattice, Lookup
 
 
 def ragged() -> dict[tuple[int, int], float]:

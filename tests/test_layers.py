@@ -1,8 +1,8 @@
 import pytest
 
 from modperf import errors as E
-from modperf.layers import layer_schedule
-from modperf.models import ModelRegistry
+from modperf.specs.layers import layer_schedule
+from modperf.specs.models import ModelRegistry
 
 
 def groups(models: ModelRegistry, model_id: str) -> list[tuple[str, int]]:
@@ -55,7 +55,7 @@ def test_config_without_layer_count(tmp_path):
 
 
 def test_ffn_schedules_from_configs(models) -> None:
-    from modperf.layers import ffn_groups
+    from modperf.specs.layers import ffn_groups
 
     def groups(model: str) -> list[tuple[str, int]]:
         return [(f.label, n) for f, n in ffn_groups(models.get(model))]

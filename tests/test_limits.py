@@ -1,4 +1,4 @@
-"""modperf.limits and the messages of modperf.errors: every range is checked at the edge with a
+"""modperf.base.limits and the messages of modperf.base.errors: every range is checked at the edge with a
 typed error naming field, value and range; parsing is strict; a message never grows with what
 a user typed and never carries a control character. Property tests over the field types."""
 
@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modperf import errors as E
-from modperf import limits
-from modperf.deployment import divisors, local_heads, parse_tps, validate_tps
-from modperf.jsonio import dumps
+from modperf.base import limits
+from modperf.base.jsonio import dumps
+from modperf.specs.shard import divisors, local_heads, parse_tps, validate_tps
 
 FIELDS = sorted(limits.FIELDS)
 CONTROL = {chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))} | {"\u202e", "\u2066", "\u200f"}

@@ -1,4 +1,4 @@
-"""modperf.migrate on real tables: the DeepSeek-V4 stale tables must come out equal to the
+"""modperf.audit.migrate on real tables: the DeepSeek-V4 stale tables must come out equal to the
 upstream migration, the legacy MLA-kernel CSVs must load and keep every latency, and every
 refusal is typed, names the offending groups and leaves the files as they were."""
 
@@ -16,10 +16,7 @@ import pytest
 from tests.helpers import CSA_CTX, STALE_DIR, TWIN_DIR, snapshot, writable_copy
 
 from modperf import errors as E
-from modperf.atomic import temp_files
-from modperf.catalog import TableRef, embedded_data_root
-from modperf.loader import load_table
-from modperf.migrate import (
+from modperf.audit.migrate import (
     LEGACY,
     NATIVE_KEYED,
     NO_TP_AXIS,
@@ -32,9 +29,13 @@ from modperf.migrate import (
     WRITE,
     migrate,
 )
-from modperf.models import ModelRegistry
-from modperf.reader import read_table
-from modperf.schema import corpus_schema
+from modperf.base.atomic import temp_files
+from modperf.data.catalog import TableRef
+from modperf.data.loader import load_table
+from modperf.data.reader import read_table
+from modperf.data.schema import corpus_schema
+from modperf.fast.cache_keys import embedded_data_root
+from modperf.specs.models import ModelRegistry
 
 NATIVE_KEYED_DIR = "01_dsv4_stale_vs_migrated/native_keyed_kernel_93dfd1fd2"
 V3 = "deepseek-ai/DeepSeek-V3"
@@ -429,8 +430,8 @@ def test_a_write_failing_midway_leaves_the_original_and_no_temp_file(stale: Path
 
 
 def test_verification_failure_replaces_nothing(stale: Path, monkeypatch) -> None:
-    import modperf.migrate.execute as migrate_module
-    from modperf.atomic import parquet_writer
+    import modperf.audit.migrate.execute as migrate_module
+    from modperf.data.parquet_files import parquet_writer
 
     def tampered(table: pa.Table, **kwargs):
         latency = table.column("latency")

@@ -22,9 +22,10 @@ from tests.helpers import REPO, run_cli, stored_latency
 
 import modperf
 from modperf import errors as E
-from modperf import scan_cache
-from modperf.catalog import Catalog, embedded_data_root
-from modperf.check import check
+from modperf.audit.check import check
+from modperf.data import scan_cache
+from modperf.data.catalog import Catalog
+from modperf.fast.cache_keys import embedded_data_root
 
 FRAMEWORK = ("b300_sxm", "comm", "trtllm", "1.3.0rc10")
 RELEASE = ("b300_sxm", "comm", "nccl", "2.29.2")
@@ -100,7 +101,7 @@ def test_the_step_pricer_prices_from_it_and_says_where_it_lies(tmp_path: Path) -
     """b300_sxm with its NCCL release folders taken away: the pricer's NCCL ops come from the
     misplaced file, served as 2.29.2, and the estimate's and the prediction's notes say where
     the file lies."""
-    from modperf.estimate import estimate
+    from modperf.model.estimate import estimate
 
     shutil.copytree(embedded_data_root() / "b300_sxm", tmp_path / "b300_sxm")
     shutil.rmtree(tmp_path / "b300_sxm" / "comm" / "nccl")
@@ -231,9 +232,9 @@ def test_the_caches_follow_where_it_is_served(tmp_path: Path, cache_dir: Path,
 
 
 def test_a_scan_reads_the_release_without_pyarrow(tmp_path: Path) -> None:
-    """The release comes from the footer's statistics (modperf.footer): a scan stays a listing."""
+    """The release comes from the footer's statistics (modperf.data.footer): a scan stays a listing."""
     filed(tmp_path, FRAMEWORK)
-    code = ("import sys\nfrom modperf.catalog import Catalog\n"
+    code = ("import sys\nfrom modperf.data.catalog import Catalog\n"
             f"(ref,) = Catalog.scan({str(tmp_path)!r}).slots\n"
             "print(ref.slot, ref.misplaced.recorded, 'pyarrow' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,

@@ -1,4 +1,4 @@
-"""Names users type (modperf.model_names): every model of silicon_sample.csv resolves, each entry
+"""Names users type (modperf.specs.model_names): every model of silicon_sample.csv resolves, each entry
 names a bundled config of the same geometry, and an answer says which config it came from."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from modperf import errors as E
-from modperf.catalog import embedded_systems_dir
-from modperf.model_names import KNOWN_NAMES
-from modperf.models import ModelRegistry
+from modperf.fast.cache_keys import embedded_systems_dir
+from modperf.specs.model_names import KNOWN_NAMES
+from modperf.specs.models import ModelRegistry
 
 #: config.json fields that are not geometry: what a fine-tune or a re-quantized checkpoint changes.
 NOT_GEOMETRY = {"_name_or_path", "eos_token_id", "bos_token_id", "transformers_version", "quantization_config",
@@ -86,7 +86,7 @@ def test_a_served_suffix_on_a_known_name_keeps_its_resolution(models: ModelRegis
 
 
 def test_a_query_and_an_estimate_say_which_config_answered(db) -> None:
-    from modperf.estimate import estimate
+    from modperf.model.estimate import estimate
 
     asked = dict(table="context_attention", system="h200_sxm", backend="trtllm", version="1.3.0rc20", tp_size=8,
                  batch_size=1, isl=1024)

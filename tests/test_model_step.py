@@ -1,4 +1,4 @@
-"""The whole model's step (modperf.model_step) on the embedded corpus: per-op values at grid
+"""The whole model's step (modperf.model.step) on the embedded corpus: per-op values at grid
 points equal the stored rows (read with pyarrow here), totals and components equal the ops
 summed here, tp adds communication, MoE models carry a moe component, a mixed step prices its
 GEMMs at the summed tokens, an op no table covers makes the total partial, and a table written
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from tests.helpers import column, set_col, stored_latency, variant
 
 import modperf
 from modperf import errors as E
-from modperf.model_step import COMPONENTS, DecodePart, Parallel, SeqChunk, StepCost, step_cost
-from tests.helpers import column, set_col, stored_latency, variant
+from modperf.model.step import COMPONENTS, DecodePart, Parallel, SeqChunk, StepCost, step_cost
 
 V3 = dict(model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend="vllm")
 LLAMA = dict(model="meta-llama/Meta-Llama-3.1-70B", system="h200_sxm", backend="vllm")
@@ -182,7 +182,7 @@ def test_a_table_in_the_other_convention_is_rejected_through_step_cost(db: modpe
 
 
 def test_warm_plans_are_reused(db: modperf.Database) -> None:
-    from modperf.model_step import plan_for
+    from modperf.model.step import plan_for
 
     a = plan_for(db, **V3, parallel=Parallel(tp=8))
     assert plan_for(db, **V3, parallel=Parallel(tp=8, moe_tp=8)) is a

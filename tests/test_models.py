@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from modperf import errors as E
-from modperf.families import registry
-from modperf.models import ModelRegistry, config_filename, model_id_from_filename
+from modperf.data.families import registry
+from modperf.specs.models import ModelRegistry, config_filename, model_id_from_filename
 
 DSA = registry()["dsa"]
 MLA = registry()["mla_module"]
@@ -162,7 +162,7 @@ def test_every_config_in_the_corpus_and_fixtures_is_inside_the_ranges(fixtures: 
 
 
 def test_per_layer_lists_shorter_than_the_layers(fixtures: Path, tmp_path: Path):
-    from modperf.layers import layer_schedule
+    from modperf.specs.layers import layer_schedule
 
     raw = json.loads((fixtures / "09_hf_configs" / "MiniMaxAI--MiniMax-M3_config.json").read_text())
     text = raw.get("text_config", raw)

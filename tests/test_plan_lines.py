@@ -1,4 +1,4 @@
-"""modperf.plan_lines: ``query --batch`` lines answered from persisted plans write the bytes a
+"""modperf.fast.plan_lines: ``query --batch`` lines answered from persisted plans write the bytes a
 batch without the cache writes (``--no-cache``), whatever the lines hold; a batch every line of
 which a plan answers imports neither numpy nor pyarrow; refused lines (a contradiction, a key
 or a point not covered, a bad field) are written with their exact text, each refused plan
@@ -20,11 +20,11 @@ from tests.helpers import REPO, point_fields, run_cli
 from tests.test_query_lines import AWKWARD, MSA, SLOTS, mixed_batch
 
 import modperf
-from modperf import batch as batch_module
-from modperf.batch import read_lines, run_chunks
-from modperf.plan_lines import PLAN_LINES, batch_answerer
-from modperf.query import QueryEngine
-from modperf.query_lines import LineAnswerer
+from modperf.fast import batch as batch_module
+from modperf.fast.batch import read_lines, run_chunks
+from modperf.fast.plan_lines import PLAN_LINES, batch_answerer
+from modperf.query.engine import QueryEngine
+from modperf.query.lines import LineAnswerer
 
 #: Tables whose plans a persisted plan holds (no lane rule picks their kernel per point).
 PLAN_SLOTS = [s for s in SLOTS if s[3] != "dsa_context_module"]
@@ -255,14 +255,14 @@ def test_refused_lines_are_written_exactly_each_refused_plan_resolved_once(cache
     lines = [json.dumps({**fields, "batch_size": int(b), "isl": int(s)}).encode()
              for fields, _ in REFUSED for b, s in zip(rng.integers(1, 257, 500), rng.integers(1, 8193, 500))]
     data = b"\n".join(lines[i] for i in rng.permutation(len(lines))) + b"\n"
-    engine_plans = QueryEngine._plan
+    engine_plans = QueryEngine.resolve
     resolved: collections.Counter = collections.Counter()
 
     def counted(self, fields, *args, **kwargs):
         resolved[tuple(sorted((k, str(v)) for k, v in fields.items() if k not in ("batch_size", "isl")))] += 1
         return engine_plans(self, fields, *args, **kwargs)
 
-    monkeypatch.setattr(QueryEngine, "_plan", counted)
+    monkeypatch.setattr(QueryEngine, "resolve", counted)
     for chunk in (7, 4096):
         resolved.clear()
         out, _ = _in_process(data, chunk)

@@ -1,4 +1,4 @@
-"""Persisted query plans (modperf.plans): an answer from a plan is the engine's, bit for bit,
+"""Persisted query plans (modperf.fast.plans): an answer from a plan is the engine's, bit for bit,
 and a plan is never used once anything it depends on changed. Correctness only, never speed.
 
 Every test keeps its cache in its own tmp folder (the ``cache_dir`` fixture)."""
@@ -20,8 +20,9 @@ from tests.helpers import REPO, point_fields, run_cli
 from tests.test_cache import MLA, POINTS, _rewrite, answers, bits, copy_root
 
 import modperf
-from modperf import plans, scan_cache
-from modperf.interp import EXTRAPOLATED_CELL
+from modperf.data import scan_cache
+from modperf.fast import plans
+from modperf.query.interp import EXTRAPOLATED_CELL
 
 #: Tables of three families and both phases (exact, blended and filled points of each).
 TABLES = [("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module"),
@@ -254,8 +255,7 @@ def test_another_numpy_or_code_is_a_miss(cache_dir: Path, root: Path, monkeypatc
 
 def test_a_changed_gpu_spec_file_is_a_miss(cache_dir: Path, root: Path, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from modperf import roofline
-
+    from modperf.specs import roofline
     spec = tmp_path / "h200_sxm.yaml"
     spec.write_bytes(roofline.spec_file("h200_sxm").read_bytes())  # type: ignore[union-attr]
     monkeypatch.setattr(roofline, "spec_file", lambda system, systems_dir=None: spec)

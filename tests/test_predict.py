@@ -1,4 +1,4 @@
-"""modperf.predict on real tables: a small deployment whose TTFT and TPOT this test computes by
+"""modperf.serving.predict on real tables: a small deployment whose TTFT and TPOT this test computes by
 hand from the whole-model steps, the served dtypes, memory, and the typed refusals."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import pytest
 
 import modperf
 from modperf import errors as E
-from modperf.model_step import DecodePart, Parallel, SeqChunk, step_cost
-from modperf.predict import (
+from modperf.model.step import DecodePart, Parallel, SeqChunk, step_cost
+from modperf.serving import Constants
+from modperf.serving.predict import (
     deployment_from_row,
     kv_bytes_per_token,
     predict,
@@ -18,7 +19,6 @@ from modperf.predict import (
     served_dtypes,
     weight_bytes_per_gpu,
 )
-from modperf.serving import Constants
 
 QWEN = dict(model_path="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", mode="agg")
 
@@ -196,8 +196,8 @@ def test_a_graphed_decode_gemm_drops_the_tables_per_call_floor(db: modperf.Datab
     floor (~0.17 ms at m 16, whatever the shape) is host-side work a CUDA graph replay does not
     pay; graphed, each projection costs its table answer less (bucket floor - GPU floor), at
     least the GPU floor plus its weight read at the system's bandwidth."""
-    from modperf.model_step import GemmFloors, gemm_floors
-    from modperf.roofline import gpu_spec
+    from modperf.model.step import GemmFloors, gemm_floors
+    from modperf.specs.roofline import gpu_spec
 
     common = dict(model="MiniMaxAI/MiniMax-M2.5", system="b200_sxm", backend="vllm", parallel=Parallel(tp=4),
                   decode=DecodePart(16, 2048))

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modperf import errors as E
-from modperf.catalog import TableRef
-from modperf.loader import load_one
-from modperf.models import ModelRegistry
-from modperf.quality import Thresholds, assess, assess_buckets, assess_tables, median
-from modperf.query import TableIndex
+from modperf.data.catalog import TableRef
+from modperf.data.loader import load_one
+from modperf.data.quality import Thresholds, assess, assess_buckets, assess_tables, median
+from modperf.query.engine import TableIndex
+from modperf.specs.models import ModelRegistry
 
 
 @pytest.fixture(scope="module")

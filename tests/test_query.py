@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import modperf
 from modperf import errors as E
-from modperf.interp import CURVATURES, Grid, curve
-from modperf.query import QueryEngine
+from modperf.query.engine import QueryEngine
+from modperf.query.interp import CURVATURES, Grid, curve
 
-# gemm_type is left to the model's checkpoint (modperf.resolve): Kimi-K3's dense layers are
+# gemm_type is left to the model's checkpoint (modperf.query.resolve): Kimi-K3's dense layers are
 # bfloat16, DeepSeek-V3's fp8_block
 GB300 = dict(table="mla_context_module", system="gb300", backend="vllm", version="0.27.0",
              kernel_source="FLASH_ATTN", mla_dtype="bfloat16", kv_cache_dtype="bfloat16")
@@ -253,7 +253,7 @@ def test_gemm_tables_answer_without_a_head_axis(db: modperf.Database) -> None:
     assert between.kind == "interpolated" and below.latency_ms < between.latency_ms < exact.latency_ms
 
 
-# --- bounds and strict fields (modperf.limits) -------------------------------------------------
+# --- bounds and strict fields (modperf.base.limits) -------------------------------------------------
 
 KIMI = dict(GB300, model="moonshotai/Kimi-K3", tp_size=3)
 
@@ -353,7 +353,7 @@ def test_query_many_reuses_its_plan_only_for_the_same_fields(db):
 
 MLA_TRTLLM = dict(table="mla_context_module", system="h200_sxm", backend="trtllm", version="1.3.0rc20",
                   model="deepseek-ai/DeepSeek-V3", tp_size=8)
-#: A group with quality findings (modperf.quality), heads 8 and 16 measured: answers list notes.
+#: A group with quality findings (modperf.data.quality), heads 8 and 16 measured: answers list notes.
 DSV4_GEN = dict(table="dsv4_csa_generation_module", system="h200_sxm", backend="sglang", version="0.5.14",
                 native_heads=64, kernel_source="compressed_flashmla", mla_dtype="bfloat16",
                 kv_cache_dtype="fp8_e4m3", gemm_type="bfloat16", compress_ratio=4)
@@ -394,7 +394,7 @@ def _variants(db: modperf.Database, base: dict, heads: list[int]) -> list[dict]:
     if heads:  # the points with quality findings, and points between them and their neighbours
         engine = db.queries
         first = {**base, "num_heads": heads[0], **{a: v[0] for a, v in axes}}
-        found = engine._quality_found(engine._cached_plan(first))
+        found = engine.quality_found(engine.plan(first))
         for (h, coords) in sorted(found[0]) if found else ():
             at = dict(zip((a for a, _ in axes), coords))
             out.append({**base, "num_heads": h, **at})
@@ -419,7 +419,7 @@ def test_single_queries_answer_as_the_reference_path(db: modperf.Database, base:
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """``query`` (the fast path where every axis value is a plain int in its range, through the
     cached plan, the exact-hit index and Grid.between for one axis between lattice values)
-    against the reference path (a freshly resolved plan, every field parsed by modperf.limits,
+    against the reference path (a freshly resolved plan, every field parsed by modperf.base.limits,
     the grid's general lookup): the same answers bit for bit, quality notes included, and the
     same errors; for every kind of point and value."""
     engine = db.queries
@@ -445,10 +445,10 @@ def test_single_queries_answer_as_the_reference_path(db: modperf.Database, base:
             for diagnose in (True, False):
                 fast = _outcome(engine.query, q, quality=quality, diagnose=diagnose)
                 try:
-                    plan = engine._plan(q)
+                    plan = engine.resolve(q)
                 except E.ModperfError:
                     plan = None
-                ref = _outcome(engine._plan, q) if plan is None else \
+                ref = _outcome(engine.resolve, q) if plan is None else \
                     _outcome(engine.answer_of, plan, q, quality=quality, diagnose=diagnose)
                 assert fast == ref, q
         got = _outcome(engine.query, q)

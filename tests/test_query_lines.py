@@ -1,5 +1,5 @@
-"""modperf.query_lines: a batch answered plan by plan writes the same bytes as the reference
-path (modperf.batch.run_lines, one query at a time), whatever the lines hold, in chunks of any
+"""modperf.query.lines: a batch answered plan by plan writes the same bytes as the reference
+path (run_lines below, one query at a time), whatever the lines hold, in chunks of any
 size, through the CLI from a file and from stdin."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.helpers import point_fields, run_cli
+from tests.helpers import point_fields, run_cli, run_lines
 
 import modperf
-from modperf import batch as batch_module
-from modperf.batch import read_lines, run_chunks, run_lines
-from modperf.query_lines import LineAnswerer
+from modperf.fast import batch as batch_module
+from modperf.fast.batch import read_lines, run_chunks
+from modperf.query.lines import LineAnswerer
 
 SLOTS = [("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module"),
          ("h200_sxm", "trtllm", "1.3.0rc20", "mla_generation_module"),

@@ -1,4 +1,4 @@
-"""Asking by model and deployment (modperf.resolve): realistic questions answered from the model,
+"""Asking by model and deployment (modperf.query.resolve): realistic questions answered from the model,
 its checkpoint and its layer schedule alone, every derived key checked against the stored row,
 every contradiction refused with its message; the lanes a backend picks by shape; answers that
 say what they are (substitution, quality findings, defaults)."""
@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 import modperf
 from modperf import errors as E
 from modperf.cli import app
-from modperf.models import ModelRegistry
-from modperf.resolve import derive, layer_kinds
+from modperf.query.resolve import derive, layer_kinds
+from modperf.specs.models import ModelRegistry
 
 runner = CliRunner()
 
@@ -340,7 +340,7 @@ def test_unknown_names_get_the_nearest(db: modperf.Database) -> None:
 
 
 def test_derive_reads_the_schedule_and_the_checkpoint(models: ModelRegistry) -> None:
-    from modperf.families import registry
+    from modperf.data.families import registry
 
     gqa = registry()["gqa"]
     keys = {"num_key_value_heads", "head_dim", "window_size", "attn_dtype", "kv_cache_dtype"}
@@ -372,7 +372,7 @@ def test_checkpoint_quantization(models: ModelRegistry) -> None:
 def test_stale_two_chain_kernel_table_is_rejected_then_migrated(db: modperf.Database, tmp_path: Path) -> None:
     """A local-only table with a 64- and a 128-native chain stored the old way (num_heads :=
     num_heads * tp, constant over tp in each chain) passed `check` before the per-chain guard."""
-    from modperf.migrate import migrate
+    from modperf.audit.migrate import migrate
 
     source = pq.read_table(db.ref("a100_sxm", "trtllm", "1.0.0", "context_mla").path)
     stale = source.set_column(source.column_names.index("num_heads"), "num_heads",

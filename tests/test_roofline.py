@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from modperf.families import registry
-from modperf.roofline import DEFAULT_GPU, AxisWork, WorkModel, bytes_of, gpu_spec
+from modperf.data.families import registry
+from modperf.specs.roofline import DEFAULT_GPU, AxisWork, WorkModel, bytes_of, gpu_spec
 
 H200 = gpu_spec("h200_sxm")
 

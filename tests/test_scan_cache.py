@@ -1,4 +1,4 @@
-"""The catalog scan remembered across processes (modperf.scan_cache): a record is served only
+"""The catalog scan remembered across processes (modperf.data.scan_cache): a record is served only
 while a scan now would find the same; correctness, never speed.
 
 A record is written only when no folder it lists changed within ``RACY_NS`` of the scan (a
@@ -21,9 +21,13 @@ import pytest
 from tests.helpers import run_cli
 
 import modperf
-from modperf import cache, roofline, scan_cache
 from modperf import errors as E
-from modperf.catalog import Catalog, embedded_data_root
+from modperf.base import jsonio
+from modperf.data import cache_info, scan_cache
+from modperf.data.catalog import Catalog
+from modperf.fast import cache_keys, persist
+from modperf.fast.cache_keys import embedded_data_root
+from modperf.specs import roofline
 
 SPARSE = "b300_sxm/sparse_attention/vllm"  # 0.22.0 declares reuse of 0.24.0's dsa tables
 MLA = "b300_sxm/mla/vllm/0.24.0"
@@ -278,10 +282,10 @@ def test_no_cache_means_no_record(root: Path, cache_dir: Path, short_window: Non
     settle()
     modperf.open(root, cache=False)
     assert not cache_dir.exists()
-    monkeypatch.setenv(cache.NO_CACHE_ENV, "1")
+    monkeypatch.setenv(cache_keys.NO_CACHE_ENV, "1")
     modperf.open(root)
     assert not cache_dir.exists()
-    monkeypatch.delenv(cache.NO_CACHE_ENV)
+    monkeypatch.delenv(cache_keys.NO_CACHE_ENV)
     db = modperf.open(root)  # (with the cache on, the catalog is scanned on first use)
     catalog = db.catalog
     assert len(records(cache_dir)) == 1
@@ -292,17 +296,17 @@ def test_an_unwritable_cache_folder_is_a_note(root: Path, tmp_path: Path, short_
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    monkeypatch.setenv(cache.CACHE_DIR_ENV, str(blocker / "cache"))
+    monkeypatch.setenv(cache_keys.CACHE_DIR_ENV, str(blocker / "cache"))
     settle()
     same(scan_cache.scan(root), Catalog.scan(root))
-    assert any("catalog scan not recorded" in n for n in cache.notes)
+    assert any("catalog scan not recorded" in n for n in persist.NOTES)
 
 
 def test_cache_info_lists_records_and_clear_removes_them(root: Path, cache_dir: Path, short_window: None) -> None:
     settle()
     scan_cache.scan(root)
     (entry,) = records(cache_dir)
-    info = cache.info()
+    info = cache_info.info()
     assert [(r.file, r.bytes, r.root) for r in info.catalogs] == [(entry, entry.stat().st_size, str(root))]
     assert info.to_dict()["catalogs"] == [{"file": str(entry), "bytes": entry.stat().st_size,
                                            "data_root": str(root)}]
@@ -336,10 +340,10 @@ def test_records_are_bounded(tmp_path: Path, cache_dir: Path, short_window: None
 _CHILD = """
 import json, sys
 import modperf
-from modperf.roofline import gpu_spec
+from modperf.specs.roofline import gpu_spec
 def heavy():
     return sorted(m for m in sys.modules if m.split(".")[0] in ("pyarrow", "yaml")
-                  or m in ("modperf.reader", "modperf.validate", "modperf.conventions", "modperf.codes",
+                  or m in ("modperf.data.reader", "modperf.data.validate", "modperf.data.conventions", "modperf.data.codes",
                            "importlib.metadata"))
 db = modperf.open()
 opened = heavy()
@@ -356,7 +360,7 @@ def test_a_process_answering_from_the_cache_reads_no_parquet_and_no_yaml(cache_d
     fields = {"table": "mla_context_module", "system": "h200_sxm", "backend": "trtllm", "version": "1.3.0rc20",
               "model": "deepseek-ai/DeepSeek-V3", "tp_size": 8, "batch_size": 4, "isl": 1024}
     want = modperf.open(cache=False).answer(fields, quality=False).latency_ms.hex()
-    env = {**os.environ, cache.CACHE_DIR_ENV: str(cache_dir)}
+    env = {**os.environ, cache_keys.CACHE_DIR_ENV: str(cache_dir)}
     runs = []
     for _ in range(2):
         runs.append(subprocess.run([sys.executable, "-c", _CHILD, json.dumps(fields)], capture_output=True, text=True,
@@ -380,14 +384,14 @@ def test_a_spec_document_is_handed_over_only_for_the_same_text(tmp_path: Path) -
     parsed = roofline.spec_document(text)
     assert parsed == {"gpu": {"mem_bw": 1.0e12, "bfloat16_tc_flops": 2.0e15}}
     edited = text.replace("1.0e+12", "3.0e+12")
-    documents = [[str(spec), scan_cache._sidecar_digest(text.encode()), cache._plain({"gpu": {"mem_bw": 7.0}})]]
+    documents = [[str(spec), scan_cache._sidecar_digest(text.encode()), jsonio.tagged({"gpu": {"mem_bw": 7.0}})]]
     spec.write_text(edited)
     scan_cache._hand_over_documents(documents)
     assert edited not in roofline._DOCUMENTS  # the file changed: nothing handed over
     assert roofline.spec_document(edited) == {"gpu": {"mem_bw": 3.0e12, "bfloat16_tc_flops": 2.0e15}}
     again = text.replace("# ", "# again ")
     spec.write_text(again)
-    documents = [[str(spec), scan_cache._sidecar_digest(again.encode()), cache._plain({"gpu": {"mem_bw": 7.0}})]]
+    documents = [[str(spec), scan_cache._sidecar_digest(again.encode()), jsonio.tagged({"gpu": {"mem_bw": 7.0}})]]
     scan_cache._hand_over_documents(documents)
     assert roofline.spec_document(again) == {"gpu": {"mem_bw": 7.0}}  # the same text: taken as remembered
 
@@ -397,10 +401,10 @@ def test_a_spec_document_is_handed_over_only_for_the_same_text(tmp_path: Path) -
     ({"a": {"b": datetime.date(2026, 1, 1)}}, False), ({"a": b"bytes"}, False),
 ])
 def test_only_documents_json_holds_exactly_are_remembered(value, exact: bool) -> None:
-    tagged = cache._plain(value)
+    tagged = jsonio.tagged(value)
     assert scan_cache._exact_json(tagged) is exact
     if exact:
-        back = cache._unplain(json.loads(json.dumps(tagged)))
+        back = jsonio.untagged(json.loads(json.dumps(tagged)))
         assert repr(back) == repr(value)
 
 
@@ -414,4 +418,4 @@ def test_the_corpus_spec_documents_are_remembered(cache_dir: Path) -> None:
                                                       if (embedded_data_root().parent / f"{s}.yaml").is_file()}
     for file, _, tagged in documents:
         parsed = roofline.spec_document(Path(file).read_text())
-        assert repr(cache._unplain(tagged)) == repr(parsed)
+        assert repr(jsonio.untagged(tagged)) == repr(parsed)

@@ -1,11 +1,11 @@
-"""The measured deployments and the fixed split (modperf.silicon)."""
+"""The measured deployments and the fixed split (modperf.serving.silicon)."""
 
 from __future__ import annotations
 
 import collections
 import hashlib
 
-from modperf.silicon import CALIBRATION, EVALUATION, question, silicon_rows, split_of
+from modperf.serving.silicon import CALIBRATION, EVALUATION, question, silicon_rows, split_of
 
 
 def test_the_split_rule_on_known_groups() -> None:

@@ -4,7 +4,6 @@ error type and the key parts of its message (file, rows, values, fix)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.helpers import patched, set_col, variant
 
 from modperf import errors as E
-from modperf.catalog import TableRef, refs_for_paths
-from modperf.loader import load_one
-from modperf.models import ModelRegistry
-from tests.helpers import patched, set_col, variant
+from modperf.data.catalog import TableRef, refs_for_paths
+from modperf.data.loader import load_one
+from modperf.specs.models import ModelRegistry
 
 MLA_MODULE = ("h200_sxm", "trtllm", "1.3.0rc20", "mla_context_module")  # DeepSeek-V3, tp=1 sweep
 DSV4_GEN = ("h200_sxm", "sglang", "0.5.14", "dsv4_csa_generation_module")  # Flash-FP8 + Pro-FP8 tp chains
@@ -142,7 +141,7 @@ def test_unexpected_column_fails_closed(db, models, tmp_path):
 def test_rank_local_guard(db, models, tmp_path, monkeypatch, chunk):
     """The guard runs a chunk of rows at a time: the same row whichever chunk it falls in."""
     if chunk is not None:
-        import modperf.validate as validate
+        import modperf.data.validate as validate
 
         monkeypatch.setattr(validate, "_CHUNK", chunk)
     raw = pq.read_table(db.ref(*DSV4_GEN).path)
@@ -238,7 +237,7 @@ def test_every_failure_is_collected(db, models, tmp_path):
     assert kinds == ["column_type", "null_value"]
 
 
-# --- value ranges (modperf.limits, docs/limits.md) ----------------------------------------------
+# --- value ranges (modperf.base.limits, docs/limits.md) ----------------------------------------------
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

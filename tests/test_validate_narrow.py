@@ -15,13 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from modperf import errors as E
-from modperf import validate
-from modperf.buckets import KeyedTable, build_buckets
-from modperf.catalog import Catalog, TableRef, refs_for_paths
-from modperf.families import family_of
-from modperf.models import ModelRegistry
-from modperf.reader import read_table
-from modperf.validate import ValidatedTable, read_narrow, validate_table
+from modperf.data import validate
+from modperf.data.buckets import KeyedTable, build_buckets
+from modperf.data.catalog import Catalog, TableRef, refs_for_paths
+from modperf.data.families import family_of
+from modperf.data.reader import read_table
+from modperf.data.validate import ValidatedTable, read_narrow, validate_table
+from modperf.specs.models import ModelRegistry
 
 DSA_CONTEXT = ("h200_sxm", "sglang", "0.5.14", "dsa_context_module")  # 81,836 rows, 5 models, stale guard
 

@@ -1,4 +1,4 @@
-"""modperf.writer: real corpus rows replayed through the writer come out as the same table,
+"""modperf.audit.writer: real corpus rows replayed through the writer come out as the same table,
 load through the strict loaders, and every bad measurement is refused at the add() that
 carries it with a typed error."""
 
@@ -14,15 +14,15 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.helpers import replay, split_columns
 
 from modperf import errors as E
-from modperf import limits
-from modperf.atomic import temp_files
-from modperf.check import check
-from modperf.loader import load_table
-from modperf.models import ModelRegistry
-from modperf.writer import SIDECAR, open_writer
-from tests.helpers import replay, split_columns
+from modperf.audit.check import check
+from modperf.audit.writer import SIDECAR, open_writer
+from modperf.base import limits
+from modperf.base.atomic import temp_files
+from modperf.data.loader import load_table
+from modperf.specs.models import ModelRegistry
 
 CSA_GEN = "07_latent_collision/wheel/b200_sxm/sparse_attention/sglang/0.5.14/dsv4_csa_generation_module_perf.parquet"
 HCA_ATTN = "05_dsv4_sparse_kernel/wheel/b200_sxm/sparse_attention/vllm/0.24.0/dsv4_hca_attn_module_perf.parquet"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import run_cli, strict_json
 
-from modperf.catalog import embedded_data_root
+from modperf.fast.cache_keys import embedded_data_root
 
 MISPLACED = ("b300_sxm", "comm", "trtllm", "1.3.0rc10", "nccl_perf.parquet")
 PLACED = ("b300_sxm", "comm", "nccl", "2.29.2", "nccl_perf.parquet")

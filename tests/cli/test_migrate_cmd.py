@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import CSA_CTX, TWIN_DIR, snapshot
 from typer.testing import CliRunner
 
-from modperf.atomic import temp_files
+from modperf.base.atomic import temp_files
 from modperf.cli import app
 
 runner = CliRunner()

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from tests.helpers import FIXTURES, STALE_DIR, run_cli
 
-from modperf.catalog import embedded_data_root
+from modperf.fast.cache_keys import embedded_data_root
 
 DATA = embedded_data_root()
 NCCL_MISPLACED = DATA / "b300_sxm/comm/trtllm/1.3.0rc10/nccl_perf.parquet"
@@ -258,7 +258,7 @@ def test_an_empty_batch_says_so_on_stderr(tmp_path: Path) -> None:
 
 
 def test_a_malformed_predict_line_shows_a_deployment_line(tmp_path: Path) -> None:
-    from modperf.predict import DEPLOYMENT_EXAMPLE
+    from modperf.serving.predict import DEPLOYMENT_EXAMPLE
 
     batch = tmp_path / "deployments.jsonl"
     batch.write_text(DEPLOYMENT_EXAMPLE + "\n{not json\n")

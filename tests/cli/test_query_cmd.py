@@ -46,6 +46,11 @@ def test_errors_exit_with_their_code_and_no_traceback() -> None:
     assert err["message"].startswith("unknown field(s) 'seq_len' for table mla_context_module")
     dangling = runner.invoke(app, ["query", *SLOT, "--model", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--isl"])
     assert dangling.exit_code == 2 and "--isl needs a value" in dangling.stderr
+    twice = runner.invoke(app, ["query", *SLOT, "--model", "deepseek-ai/DeepSeek-V3", "--tp", "8", "--isl", "1024",
+                                "--batch-size", "4", "--isl=2048", "--json"])
+    assert twice.exit_code == 2
+    # the first one is not dropped silently
+    assert json.loads(twice.stdout)["error"]["message"].startswith("--isl is given twice [field='isl']")
 
 
 def test_batch_keeps_going_past_bad_lines(tmp_path) -> None:

@@ -181,7 +181,7 @@ def test_every_case_is_typed_and_the_same_with_json(hostile: dict[str, Path], ca
 
 
 def test_json_is_written_by_jsonio_alone() -> None:
-    """Strict JSON everywhere: no module but modperf.jsonio serialises JSON (jsonio writes NaN as null)."""
+    """Strict JSON everywhere: no module but modperf.base.jsonio serialises JSON (jsonio writes NaN as null)."""
     src = Path(__file__).resolve().parents[2] / "src" / "modperf"
     writers = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
                      if p.name != "jsonio.py" and ("json.dump" in p.read_text() or "print_json" in p.read_text()))

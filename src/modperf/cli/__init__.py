@@ -3,6 +3,9 @@
 A run imports only the module of the command it runs (``modperf query`` never imports the
 audits, plotting or migration); ``modperf --help``, an unknown command, and ``modperf.cli.app``
 (the full application, for tests and embedding) import every command module.
+
+May import: typer, rich, click; modperf.base, modperf.fast, modperf.specs, modperf.data, modperf.query,
+modperf.audit, modperf.model, modperf.serving, modperf.search.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ if TYPE_CHECKING:  # (typing costs a cold process ~5 ms: annotations only)
 COMMANDS = {
     "check": "check_cmd", "coverage": "coverage_cmd", "dedupe": "dedupe_cmd", "estimate": "estimate_cmd",
     "ls": "ls_cmd", "migrate": "migrate_cmd", "predict": "predict_cmd", "query": "query_cmd",
-    "cache": "cache_cmd", "export": "export_cmd",
+    "cache": "cache_cmd", "export": "export_cmd", "search": "search_cmd",
 }
 #: Options taken before the command name (the application's own).
 _GLOBAL_FLAGS = ("--no-cache",)
@@ -92,11 +95,11 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(exc.exit_code)
         from rich.markup import escape
 
-        from .. import errors as E
-        from ..jsonio import dumps
-        from ._common import _fit_width, err_console
+        from ..base import errors as E
+        from ..base.jsonio import dumps
+        from ._common import err_console, fit_width
 
-        _fit_width()
+        fit_width()
 
         message = E.clean(exc.format_message())
         if "--json" in args:

@@ -25,6 +25,6 @@ def _global_options(
     if no_cache:
         import os
 
-        from ..cache import NO_CACHE_ENV
+        from ..fast.cache_keys import NO_CACHE_ENV
 
         os.environ[NO_CACHE_ENV] = "1"

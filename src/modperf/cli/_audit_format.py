@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..catalog import TableRef
+from ..data.catalog import TableRef
 
 #: Short names for key columns in compact key text.
 _SHORT = {"kernel_source": "kernel", "mla_dtype": "mla", "kv_cache_dtype": "kv", "gemm_type": "gemm", "native": "N",

@@ -17,6 +17,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (a batch answered from persisted plans imports neither: on use)
+    from collections.abc import Iterator
     from typing import IO, Any
 
 #: Answer lines written at once (about 70 KB: below the size the C library maps afresh).
@@ -26,7 +27,7 @@ WRITE_LINES = 64
 def open_batch(path: str) -> IO[bytes]:
     """The batch input as bytes: each line is decoded on its own, so one line that is not
     UTF-8 gets its own error line instead of ending the batch."""
-    from .. import errors as E
+    from ..base import errors as E
 
     if path == "-":
         return sys.stdin.buffer
@@ -47,25 +48,35 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
     """Answers every line of ``stream`` (the input ``batch`` names) to stdout, ``fields`` the
     fields every line starts from; the number of lines that failed. Closes the stream (but
     stdin). An input failing mid-way is a QueryFieldError, raised after every answer before it."""
-    from ..batch import LineShapes, read_lines, run_chunks
-    from ..plan_lines import batch_answerer
+    from ..fast.batch import LineShapes, read_lines, run_chunks
+    from ..fast.plan_lines import batch_answerer
 
     def engine_lines(persist: bool) -> Any:
-        from ..query_lines import LineAnswerer
+        from ..query.lines import LineAnswerer
 
         return LineAnswerer(db.queries, persist=persist)
 
-    failed = answered = 0
-    try:
+    def chunks() -> Iterator[list[tuple[bool, str]]]:
         # a chunk of lines at a time, answered plan by plan: a short batch from the persisted
-        # plans where they hold (modperf.plan_lines: no numpy), else by the engine
-        # (modperf.query_lines); the same lines as batch.run_lines writes one query at a time
+        # plans where they hold (modperf.fast.plan_lines: no numpy), else by the engine
+        # (modperf.query.lines)
         answerer, source = batch_answerer(db.plans, engine_lines, read_lines(stream))
         # lines of a shape seen before (the same bytes but for their axis integers) are read
         # by one pattern match each instead of the JSON reader (batch.LineShapes)
         shapes = LineShapes(answerer.free, fields)
-        for chunk in run_chunks(source, answerer.answer, fields, shapes=shapes,
-                                answer_shaped=answerer.answer_shaped):
+        yield from run_chunks(source, answerer.answer, fields, shapes=shapes, answer_shaped=answerer.answer_shaped)
+
+    return write_answers(batch, stream, chunks())
+
+
+def write_answers(batch: str, stream: IO[bytes], chunks: Iterator[list[tuple[bool, str]]]) -> int:
+    """Writes the answer lines of ``chunks`` (``fast.batch.run_chunks`` over ``stream``, the
+    input ``batch`` names) to stdout as they come; the number that failed. Closes the stream
+    (but stdin); an input failing mid-way is a QueryFieldError, raised after every answer
+    before it; an input without a line says so on stderr (:func:`nothing_read`)."""
+    failed = answered = 0
+    try:
+        for chunk in chunks:
             if not chunk:
                 continue
             oks, lines = zip(*chunk)
@@ -79,7 +90,7 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
                 write("\n".join((*lines[at:at + WRITE_LINES], "")))
             sys.stdout.flush()
     except OSError as exc:  # the input failed mid-way (a folder, an I/O error): typed, after every answer
-        from .. import errors as E
+        from ..base import errors as E
 
         raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=batch,
                                 fix="pass a readable file of JSON lines, or - for stdin") from exc
@@ -94,7 +105,7 @@ def answer_batch(db: Any, batch: str, stream: IO[bytes], fields: dict[str, Any])
 def nothing_read(batch: str) -> None:
     """An input without a line to answer (an empty file, blank lines only): said on stderr,
     where a script's stdout stays the (empty) answers; the exit code stays 0."""
-    from .. import errors as E
+    from ..base import errors as E
 
     where = "stdin" if batch == "-" else batch
     sys.stderr.write(f"0 lines read from {E.clean(where)}: nothing to answer\n")
@@ -126,10 +137,10 @@ def run_alone(args: list[str]) -> int | None:
         return None
     path, no_cache = found
     if no_cache:  # (what the application's --no-cache does)
-        from ..cache import NO_CACHE_ENV
+        from ..fast.cache_keys import NO_CACHE_ENV
 
         os.environ[NO_CACHE_ENV] = "1"
-    from ..db import Database
+    from ..query.db import Database
 
     try:
         db = Database(None, [])
@@ -141,10 +152,10 @@ def run_alone(args: list[str]) -> int | None:
     except KeyboardInterrupt:  # as typer reports it: exit 130, nothing printed
         return 130
     except Exception as exc:
-        from .. import errors as E
-        from ._common import _fit_width, report_error
+        from ..base import errors as E
+        from ._common import fit_width, report_error
 
-        _fit_width()
+        fit_width()
         if not isinstance(exc, E.ModperfError) and os.environ.get("MODPERF_DEBUG"):
             raise
         return report_error(exc, json_out=False)

@@ -28,9 +28,9 @@ from rich.progress import (
 from rich.segment import Segment
 from rich.table import Table
 
-from .. import errors as E
-from ..cache_keys import is_digits
-from ..jsonio import dumps
+from ..base import errors as E
+from ..base.jsonio import dumps
+from ..fast.cache_keys import is_digits
 
 
 def _safe_text(text: str) -> str:
@@ -106,7 +106,7 @@ def output_width() -> int | None:
     return None
 
 
-def _fit_width(wide: bool = False) -> None:
+def fit_width(wide: bool = False) -> None:
     """Lay output out for :func:`output_width` (``--wide``: unbounded, every table whole)."""
     width = None if wide else output_width()
     for c in (console, err_console):
@@ -253,7 +253,7 @@ def handles_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        _fit_width(bool(kwargs.get("wide")))
+        fit_width(bool(kwargs.get("wide")))
         try:
             if kwargs.get("wide"):
                 refuse_wide_without_tables(kwargs)

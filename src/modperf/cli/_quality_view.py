@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..quality import QualityReport
+from ..data.quality import QualityReport
 from ._audit_format import compact_key, short_file, short_label
 from ._common import console, print_table
 

@@ -1,5 +1,5 @@
 """``modperf query TABLE ... --json``, answered from a persisted plan before the command-line
-parser starts (modperf.plans): a process asking one thing prints its answer without importing
+parser starts (modperf.fast.plans): a process asking one thing prints its answer without importing
 typer, rich, pydantic, numpy or pyarrow.
 
 Only a plain command line takes this way: ``query``, the table first, then options given as
@@ -17,18 +17,21 @@ from __future__ import annotations
 import os
 import sys
 
-from ..cache_keys import DATA_ROOT_ENV, is_digits
+from ..fast.cache_keys import DATA_ROOT_ENV, is_digits
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-#: The command's own options that take a value: option -> field (None: not a field here).
-_VALUED = {"--system": "system", "--backend": "backend", "--version": "version", "--model": "model",
-           "--native-heads": "native_heads", "--tp": "tp_size", "--num-heads": "num_heads"}
+#: The command's own options that take a value, as option_fields names them -> the field they set.
+_VALUED = {"system": "system", "backend": "backend", "version": "version", "model": "model",
+           "native_heads": "native_heads", "tp": "tp_size", "num_heads": "num_heads"}
 _INTEGERS = ("native_heads", "tp_size", "num_heads")
-#: Options and flags that leave this way to the typer command.
-_NOT_HERE = ("--data-root", "--model-configs", "--batch", "--help")
+#: The command's own flags read here.
+_FLAGS = ("--json", "--allow-substitute")
+#: Options that leave this way to the typer command (--help takes no value: option_fields
+#: refuses it, or reads the next argument as its value; either way it is left to typer).
+_NOT_HERE = frozenset({"data_root", "model_configs", "batch", "help", "json", "allow_substitute"})
 
 
 def parse(args: list[str]) -> dict[str, Any] | None:
@@ -36,56 +39,35 @@ def parse(args: list[str]) -> dict[str, Any] | None:
     are not a plain ``query TABLE ... --json`` (module doc)."""
     if len(args) < 3 or args[0] != "query" or args[1].startswith("-") or "--json" not in args:
         return None
-    own: dict[str, Any] = {}
-    extra: dict[str, str] = {}
-    allow_substitute = json_seen = False
-    i = 2
-    while i < len(args):
-        token = args[i]
-        if not token.startswith("--") or token == "--":
-            return None
-        name, eq, value = token.partition("=")
-        if name in _NOT_HERE:
-            return None
-        if name in ("--json", "--allow-substitute"):
-            if eq or (json_seen if name == "--json" else allow_substitute):
-                return None
-            if name == "--json":
-                json_seen = True
-            else:
-                allow_substitute = True
-            i += 1
-            continue
-        if not eq:
-            if i + 1 >= len(args) or args[i + 1].startswith("-"):
-                return None
-            value = args[i + 1]
-            i += 1
-        i += 1
-        field = _VALUED.get(name)
-        if field is not None:
-            if field in own:
-                return None
-            if field in _INTEGERS:
-                if not is_digits(value):
-                    return None
-                own[field] = int(value)
-            else:
-                own[field] = value
-            continue
-        key = name[2:].replace("-", "_")
-        if not key or key in extra:
-            return None
-        extra[key] = value
+    from ..base import errors as E
+    from ..fast.fields import option_fields
+
+    try:
+        given, flags = option_fields(args[2:], _FLAGS)
+    except E.QueryFieldError:
+        return None  # (the typer command says what is wrong)
+    if len(flags) != len(set(flags)) or _NOT_HERE & set(given):
+        return None
+    if any(value.startswith("-") for value in given.values()):
+        return None  # (the typer command reads a value such as -1 its own way)
     fields: dict[str, Any] = {"table": args[1]}
-    for name in ("system", "backend", "version", "model", "native_heads", "tp_size", "num_heads"):
-        fields[name] = own.get(name)
-    if allow_substitute:
+    for option, field in _VALUED.items():
+        value = given.pop(option, None)
+        if value is None:
+            continue
+        if field in given:
+            return None  # (given twice: the typer command says so)
+        if field in _INTEGERS:
+            if not is_digits(value):
+                return None
+            fields[field] = int(value)
+        else:
+            fields[field] = value
+    fields = {name: fields[name] for name in ("table", *_VALUED.values()) if name in fields}
+    if "--allow-substitute" in flags:
         fields["allow_substitute"] = True
-    if set(extra) & {k for k, v in fields.items() if v is not None}:
-        return None  # (given twice: the typer command says so)
-    fields.update(extra)
-    return {k: v for k, v in fields.items() if v is not None}
+    fields.update(given)
+    return fields
 
 
 def run_alone(args: list[str]) -> int | None:
@@ -96,17 +78,17 @@ def run_alone(args: list[str]) -> int | None:
     fields = parse(args)
     if fields is None:
         return None
-    from ..cache_keys import enabled
+    from ..fast.cache_keys import enabled
 
     if not enabled(None):
         return None
-    from ..plans import PlanStore
+    from ..fast.plans import PlanStore
 
     store = PlanStore.open(None, [])
     answer = None if store is None else store.answer(fields, True)
     if answer is None:
         return None
-    from ..jsonio import dumps
+    from ..base.jsonio import dumps
 
     sys.stdout.write(dumps(answer.to_dict(), indent=2) + "\n")  # (the typer command's emit_json)
     return 0

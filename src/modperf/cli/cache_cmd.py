@@ -1,4 +1,4 @@
-"""``modperf cache info|clear``: the persisted cache of keyed tables (modperf.cache)."""
+"""``modperf cache info|clear``: the persisted cache (modperf.data.cache_info)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import cache
+from ..data import cache_info as cache
+from ..fast.cache_keys import CACHE_DIR_ENV
 from ._app import app
 from ._common import JsonOpt, WideOpt, console, emit_json, handles_errors, print_table
 
@@ -32,7 +33,7 @@ def info_command(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
         emit_json(found.to_dict())
         return
     state = "on" if found.enabled else f"off: {found.off_reason}"
-    console.print(f"cache: {escape(str(found.location))} ({escape(state)}; set {cache.CACHE_DIR_ENV} to move it)")
+    console.print(f"cache: {escape(str(found.location))} ({escape(state)}; set {CACHE_DIR_ENV} to move it)")
     if found.trust_problem is not None:
         console.print("not read, written or listed: only a folder tree that is yours and that no one else can write is "
                       "used (docs/limits.md)")

@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..check import CheckReport, check
-from ..quality import Thresholds
+from ..audit.check import CheckReport, check
+from ..data.quality import Thresholds
 from ._app import app
 from ._audit_format import label_words
 from ._common import (

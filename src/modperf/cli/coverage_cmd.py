@@ -10,8 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import errors as E
-from ..coverage import (
+from ..audit.coverage import (
     STANDARD_TP,
     CoverageDiff,
     CoverageReport,
@@ -22,6 +21,7 @@ from ..coverage import (
     parse_tps,
     to_csv,
 )
+from ..base import errors as E
 from ._app import app
 from ._audit_format import short_count
 from ._common import (
@@ -238,7 +238,7 @@ def coverage_command(
             result = coverage(paths_or_none(paths), data_root=root, system=system, backend=backend, version=version,
                               table=table, model_configs=configs, on_progress=on_progress)
     if plot is not None:
-        from ..plot import plot_coverage, plot_model
+        from ..audit.plot import plot_coverage, plot_model
 
         written = plot_model(result, plot) if model else plot_coverage(result, plot, tps)
         err_console.print(f"wrote {written}")

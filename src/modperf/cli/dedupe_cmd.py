@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..dedupe import DEFAULT_EXAMPLES, DEFAULT_TOLERANCE, DedupeReport, dedupe
+from ..audit.dedupe import DEFAULT_EXAMPLES, DEFAULT_TOLERANCE, DedupeReport, dedupe
 from ._app import app
 from ._audit_format import compact_key, short_label
 from ._audit_format import pct as _pct

@@ -8,11 +8,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import errors as E
-from ..db import Database
-from ..deployment import parse_tps
-from ..estimate import Estimate, TpEstimate, estimate
-from ..model_step import COMPONENTS, OP_KINDS, ModelEstimate, OpCost, StepCost
+from ..base import errors as E
+from ..model.estimate import Estimate, TpEstimate, estimate
+from ..model.step import COMPONENTS, OP_KINDS, ModelEstimate, OpCost, StepCost
+from ..query.db import Database
+from ..specs.shard import parse_tps
 from ._app import app
 from ._common import (
     DataRootOpt,

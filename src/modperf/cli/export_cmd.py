@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from ..db import Database
-from ..export import export
+from ..audit.export import export
+from ..query.db import Database
 from ._app import app
 from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, TableOpt, console, emit_json, handles_errors, print_failure
 

@@ -8,8 +8,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import errors as E
-from ..inventory import list_tables
+from ..base import errors as E
+from ..data.inventory import list_tables
 from ._app import app
 from ._common import DataRootOpt, JsonOpt, WideOpt, console, emit_json, handles_errors, print_failure, print_table
 

@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import errors as E
-from ..migrate import NOTHING, REFUSED, FilePlan, MigrationReport, migrate
+from ..audit.migrate import NOTHING, REFUSED, FilePlan, MigrationReport, migrate
+from ..base import errors as E
 from ._app import app
 from ._common import JsonOpt, ModelConfigsOpt, WideOpt, console, emit_json, handles_errors, print_failure, print_table
 

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
-import sys
+import math
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import errors as E
-from ..batch import error_line, parse_line, read_lines
-from ..db import Database
-from ..deployment import parse_tps
-from ..estimate import check_version
-from ..jsonio import dumps
-from ..predict import DEPLOYMENT_EXAMPLE, Prediction, deployment_from_row, predict
+from ..base import errors as E
+from ..base.jsonio import dumps
+from ..fast.batch import error_line, read_lines, run_chunks
+from ..model.tables import check_version
+from ..query.db import Database
+from ..serving.percentiles import percentiles as simulate_percentiles
+from ..serving.predict import (
+    DEPLOYMENT_EXAMPLE,
+    Deployment,
+    Prediction,
+    constants_for,
+    deployment_from_row,
+    price,
+    solve,
+)
+from ..specs.shard import parse_tps
 from ._app import app
-from ._batch import nothing_read, open_batch
+from ._batch import open_batch, write_answers
 from ._common import DataRootOpt, JsonOpt, ModelConfigsOpt, WideOpt, console, emit_json, handles_errors, print_table
 
 #: What a batch line is, in a malformed line's fix.
@@ -102,6 +111,34 @@ def print_predictions(tps: list[Any], results: list[Prediction | E.ModperfError]
     console.print("each tp's steps, versions and op kinds: --json, or one --tp at a time", style="dim")
 
 
+def print_percentiles(doc: dict[str, Any], tp: Any = None) -> None:
+    """The simulation's answer (modperf.percentiles): a table of p50 / p90 / p99 / mean."""
+    at = f"tp={tp}, " if tp is not None else ""
+    if doc["loop"] == "closed":
+        title = f"simulated: {at}closed loop, concurrency {doc['concurrency']}, {doc['requests']:,} requests"
+    else:
+        title = (f"simulated: {at}open loop, {doc['request_rate_per_s']:g} requests/s, {doc['requests']:,} "
+                 f"requests, seed {doc['seed']}")
+    table = Table(title=escape(title))
+    table.add_column("ms", no_wrap=True)
+    for name in ("p50", "p90", "p99", "mean"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "end-to-end")):
+        row = doc[key]
+        digits = 2 if key == "tpot_ms" else 1
+        table.add_row(label, *(f"{row[k]:.{digits}f}" for k in ("p50", "p90", "p99", "mean")))
+    console.print(table)
+    stats = doc["stats"]
+    console.print(f"tokens/s per GPU {doc['tokens_per_s_per_gpu']:.1f}, per user {doc['tokens_per_s_per_user']:.1f}; "
+                  f"{stats['engine_steps']:,} engine steps, {stats['preemptions']:,} preemptions, at most "
+                  f"{stats['max_running']} running per rank", style="dim")
+    c = doc["constants"]
+    console.print(f"simulation constants: s_pre {c['s_pre']}, s_dec {c['s_dec']}, tau0 "
+                  f"{c['tau0_ms']} ms, output spread {c['osl_spread']}; {escape(c['source'])}", style="dim")
+    for note in doc["notes"]:
+        console.print(f"note: {escape(note)}", style="dim")
+
+
 def _batch_size_or_file(value: str | None) -> tuple[int | None, str | None]:
     """``--batch N`` is the batch size; ``--batch FILE`` or ``--batch -`` reads JSON lines."""
     if value is None:
@@ -134,6 +171,11 @@ def predict_command(
     pp: Annotated[int | None, _opt("--pp", "Pipeline stages (default 1).")] = None,
     gemm_quant: Annotated[str | None, _opt("--gemm-quant", "GEMM dtype served (default: the checkpoint's).")] = None,
     moe_quant: Annotated[str | None, _opt("--moe-quant", "MoE dtype served (default: the checkpoint's).")] = None,
+    kv_cache_dtype: Annotated[str | None, _opt(
+        "--kv-cache-dtype", "KV cache dtype served, e.g. fp8 (default: the backend's rule, docs/serving.md).")] = None,
+    token_budget: Annotated[int | None, _opt(
+        "--token-budget", "Tokens one engine step takes at most (vLLM --max-num-batched-tokens; default: the "
+                          "backend's, docs/serving.md).")] = None,
     prefill_batch: Annotated[int | None, _opt("--prefill-batch", "disagg: requests per prefill step.")] = None,
     prefill_workers: Annotated[int | None, _opt("--prefill-workers", "disagg: prefill workers.")] = None,
     prefill_tp: Annotated[int | None, _opt("--prefill-tp", "disagg: prefill tp.")] = None,
@@ -151,6 +193,14 @@ def predict_command(
     allow_substitute: Annotated[bool, typer.Option(
         "--allow-substitute", help="Price attention a table measured for another native head count from the "
                                    "nearest native, per head (the answer lists each substitution).")] = False,
+    percentiles: Annotated[bool, typer.Option(
+        "--percentiles", help="Also p50 / p90 / p99 of TTFT, TPOT and end-to-end latency from a request-level "
+                              "simulation of the backend's scheduler (aggregated deployments).")] = False,
+    request_rate: Annotated[float | None, _opt(
+        "--request-rate", "With --percentiles: simulate an open loop of Poisson arrivals at this many requests/s "
+                          "over the deployment (default: a closed loop at the concurrency).")] = None,
+    seed: Annotated[int | None, _opt("--seed", "With --percentiles: the seed of the open loop's arrivals and of the "
+                                               "output lengths (default 0).")] = None,
     data_root: DataRootOpt = None,
     model_configs: ModelConfigsOpt = None,
     json_out: JsonOpt = False,
@@ -162,12 +212,15 @@ def predict_command(
     failed), 2 usage errors.
     """
     batch_size, batch_file = _batch_size_or_file(batch)
+    simulation = _simulation_options(percentiles, request_rate, seed)
     db = Database(str(data_root) if data_root else None, [str(p) for p in model_configs or []])
     if batch_file is not None:
-        raise typer.Exit(_run_batch(db, batch_file, fitted=not physics_only, allow_substitute=allow_substitute))
+        raise typer.Exit(_run_batch(db, batch_file, fitted=not physics_only, allow_substitute=allow_substitute,
+                                    simulation=simulation))
     row: dict[str, Any] = {
         "model_path": model, "system": system, "backend": backend, "backend_version": version, "mode": mode,
         "isl": isl, "osl": osl, "gemm_quant_mode": gemm_quant, "moe_quant_mode": moe_quant,
+        "kv_cache_dtype": kv_cache_dtype, "token_budget": token_budget,
         "batch_size": batch_size, "tp_size": tp, "pp_size": pp, "attention_dp_size": attention_dp,
         "moe_tp_size": moe_tp, "moe_ep_size": moe_ep,
         "prefill_batch_size": prefill_batch, "prefill_num_workers": prefill_workers, "prefill_tp_size": prefill_tp,
@@ -187,54 +240,87 @@ def predict_command(
         raise E.UsageError("--tp takes a list with --mode agg (disagg: --prefill-tp and --decode-tp)",
                            values={"tp": tp, "mode": mode}, fix="give one --tp, or --mode agg")
     results: list[Prediction | E.ModperfError] = []
+    simulated: list[dict[str, Any] | None] = []
     for one in tps:
         dep = deployment_from_row({k: v for k, v in {**row, "tp_size": one}.items() if v is not None})
-        if len(tps) == 1:  # one tp: its error is the command's (exit 2 for a bad value, 1 not covered)
-            results.append(predict(db, dep, fitted=not physics_only, allow_substitute=allow_substitute))
-            continue
         try:
-            results.append(predict(db, dep, fitted=not physics_only, allow_substitute=allow_substitute))
+            result, sim = _answer(db, dep, fitted=not physics_only, allow_substitute=allow_substitute,
+                                  simulation=simulation)
         except E.ModperfError as exc:  # one tp out of coverage: the others are still answered
+            if len(tps) == 1:  # one tp: its error is the command's (exit 2 for a bad value, 1 not covered)
+                raise
             results.append(exc)
+            simulated.append(None)
+            continue
+        results.append(result)
+        simulated.append(sim)
     if len(results) == 1:
         assert isinstance(results[0], Prediction)
         if json_out:
-            emit_json(results[0].to_dict())
+            emit_json(_with_percentiles(results[0].to_dict(), simulated[0]))
         else:
             print_prediction(results[0])
+            if simulated[0] is not None:
+                print_percentiles(simulated[0])
         return
     if json_out:
-        emit_json({"tps": tps, "predictions": [r.to_dict() if isinstance(r, Prediction) else {"tp": t, **error_line(r)}
-                                              for t, r in zip(tps, results)]})
+        emit_json({"tps": tps, "predictions": [_with_percentiles(r.to_dict(), sim) if isinstance(r, Prediction)
+                                               else {"tp": t, **error_line(r)}
+                                               for t, r, sim in zip(tps, results, simulated)]})
     else:
         print_predictions(tps, results)
+        for t, sim in zip(tps, simulated):
+            if sim is not None:
+                print_percentiles(sim, tp=t)
     raise typer.Exit(1 if any(isinstance(r, E.ModperfError) for r in results) else 0)
 
 
-def _run_batch(db: Database, path: str, *, fitted: bool, allow_substitute: bool) -> int:
-    stream = open_batch(path)
-    failed = read = 0
-    try:
-        for number, line in enumerate(read_lines(stream), 1):
-            row_id: Any = None
+def _with_percentiles(doc: dict[str, Any], simulated: dict[str, Any] | None) -> dict[str, Any]:
+    return doc | {"percentiles": simulated} if simulated is not None else doc
+
+
+def _simulation_options(percentiles: bool, request_rate: float | None, seed: int | None) -> dict[str, Any] | None:
+    """The simulation's options, or None without --percentiles; the flags that only shape
+    the simulation are refused without it (and a seed where nothing is random:
+    modperf.serving.percentiles.percentiles)."""
+    if not percentiles:
+        given = [name for name, value in (("--request-rate", request_rate), ("--seed", seed)) if value is not None]
+        if given:
+            raise E.UsageError(f"{', '.join(given)} shape(s) the simulation: give --percentiles too",
+                               values={"given": given}, fix="add --percentiles, or drop " + ", ".join(given))
+        return None
+    if request_rate is not None and not (math.isfinite(request_rate) and request_rate > 0):
+        raise E.UsageError("--request-rate must be a positive number of requests per second",
+                           values={"request_rate": request_rate}, fix="e.g. --request-rate 4")
+    return {"request_rate": request_rate, "seed": seed}
+
+
+def _answer(db: Database, dep: Deployment, *, fitted: bool, allow_substitute: bool,
+            simulation: dict[str, Any] | None) -> tuple[Prediction, dict[str, Any] | None]:
+    """The closed form's prediction (modperf.serving.predict.predict), and the simulation's
+    percentiles when asked, on the same priced steps."""
+    priced = price(db, dep, allow_substitute=allow_substitute)
+    result = solve(priced, *constants_for(dep, fitted))
+    if simulation is None:
+        return result, None
+    return result, simulate_percentiles(db, dep, fitted=fitted, priced=priced, **simulation)
+
+
+def _run_batch(db: Database, path: str, *, fitted: bool, allow_substitute: bool,
+               simulation: dict[str, Any] | None = None) -> int:
+    def predict_lines(rows: list[dict[str, Any]]) -> list[tuple[bool, str]]:
+        out: list[tuple[bool, str]] = []
+        for row in rows:
             try:
-                row = parse_line(number, line, _LINE_FIX)
-                if row is None:
-                    continue
-                read += 1
-                row_id = row.get("id")
-                out = predict(db, deployment_from_row(row), fitted=fitted, allow_substitute=allow_substitute).to_dict()
+                result, simulated = _answer(db, deployment_from_row(row), fitted=fitted,
+                                            allow_substitute=allow_substitute, simulation=simulation)
+                out.append((True, dumps(_with_percentiles(result.to_dict(), simulated))))
             except Exception as exc:  # a bad line never stops the batch
-                failed += 1
-                out = {"id": row_id if isinstance(row_id, str) else None, **error_line(exc)}
-            sys.stdout.write(dumps(out) + "\n")
-            sys.stdout.flush()
-    except OSError as exc:
-        raise E.QueryFieldError(f"cannot read the batch input: {exc.strerror or exc}", file=path,
-                                fix="pass a readable file of JSON lines, or - for stdin") from exc
-    finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
-    if not read:
-        nothing_read(path)
-    return 1 if failed else 0
+                row_id = row.get("id")
+                out.append((False, dumps({"id": row_id if isinstance(row_id, str) else None, **error_line(exc)})))
+        return out
+
+    stream = open_batch(path)
+    # one line at a time (a prediction takes milliseconds: each is written as it is priced)
+    lines = run_chunks(read_lines(stream), predict_lines, chunk=1, fix=_LINE_FIX, error_fields={"id": None})
+    return 1 if write_answers(path, stream, lines) else 0

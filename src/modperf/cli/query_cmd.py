@@ -9,9 +9,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .. import errors as E
-from ..cache_keys import is_digits
-from ..db import Database
+from ..base import errors as E
+from ..fast.cache_keys import is_digits
+from ..fast.fields import option_fields
+from ..query.db import Database
 from ._app import app
 from ._batch import answer_batch, open_batch
 from ._common import (
@@ -24,29 +25,6 @@ from ._common import (
     handles_errors,
     print_table,
 )
-
-
-def parse_extra_fields(args: list[str]) -> dict[str, str]:
-    """``--FIELD VALUE`` and ``--FIELD=VALUE`` pairs (dashes in FIELD become underscores).
-    Values stay strings; the query coerces them to each column's type."""
-    fields: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if not token.startswith("--") or token == "--":
-            raise E.QueryFieldError(
-                f"unexpected argument {token!r}: key columns are given as --FIELD VALUE",
-                values={"argument": token}, fix="e.g. --batch-size 8 --isl 4096 (TABLE comes first)")
-        name, eq, value = token[2:].partition("=")
-        if not eq:
-            if i + 1 >= len(args) or args[i + 1].startswith("--"):
-                raise E.QueryFieldError(f"--{name} needs a value", values={"field": name},
-                                        fix=f"--{name} VALUE")
-            value = args[i + 1]
-            i += 1
-        fields[name.replace("-", "_")] = value
-        i += 1
-    return fields
 
 
 def print_answer(answer: dict[str, Any]) -> None:
@@ -143,7 +121,7 @@ def query_command(
                               "model": model, "native_heads": native_heads, "tp_size": tp, "num_heads": num_heads}
     if allow_substitute:
         fields["allow_substitute"] = True
-    extra = parse_extra_fields(list(ctx.args))
+    extra, _ = option_fields(list(ctx.args))
     clash = sorted(set(extra) & {k for k, v in fields.items() if v is not None})
     if clash:
         raise E.QueryFieldError(f"field(s) {', '.join(clash)} given twice", values={"fields": clash},

@@ -4,18 +4,28 @@
 * :mod:`.backend`: what a backend is (:class:`Backend`) and its fitted constants (:class:`Fitted`);
 * one module per backend, owning its rules and carrying its constants: :mod:`.vllm`,
   :mod:`.sglang`, :mod:`.trtllm` (adding a backend is one such module, registered in
-  :data:`BACKENDS`; docs/serving.md, "Adding a backend");
+  :data:`BACKENDS`; docs/serving.md, "Backends: one module each");
 * :mod:`.memory`: weights and KV per GPU, the running-request cap, the fit check, the KV
   transfer between pools;
 * :mod:`.fit`: the fit of the constants on calibration rows (``bench/silicon.py --fit``).
 
-May import: errors, roofline, layers, models (by type). :mod:`modperf.predict` prices the
-steps from the op tables and calls into this package; nothing here reads a table.
+* :mod:`.predict`: a deployment (flags, or a row of ``silicon_sample.csv``) priced from the op
+  tables (:mod:`modperf.model.step`) and solved by the serving model;
+* :mod:`.silicon`: the measured deployments the corpus ships, the fixed calibration / evaluation
+  split, the scoreboard's pricing and the fit;
+* :mod:`.simulate`: a request-level simulation of one rank's scheduler on plain data (continuous
+  batching, chunked prefill, KV admission and preemption, closed or open loop), jumping between
+  scheduling events; :mod:`.percentiles` prices its step grid for a deployment and runs it
+  (``predict --percentiles``), with the simulation's own constants (:mod:`.simulation_constants`,
+  written by ``bench/silicon.py --simulate --fit`` from calibration rows only).
+
+May import: numpy, pyarrow; modperf.base, modperf.fast, modperf.specs, modperf.data, modperf.query,
+modperf.model.
 """
 
 from __future__ import annotations
 
-from .. import errors as E
+from ..base import errors as E
 from .backend import ANY_GENERATION, GENERATIONS, KV_BYTES, LARGE_GPU_BYTES, Backend, Fitted, generation_of
 from .memory import (
     PoolMemory,

@@ -10,7 +10,8 @@ documentation or source (docs/serving.md cites each):
   a prefill step runs alone and stalls the decodes);
 * its memory rule (:meth:`Backend.kv_budget_bytes`) and running-request cap (``max_running``);
 * its KV dtype rule (:meth:`Backend.kv_element_bytes`) and reserve rule
-  (:meth:`Backend.reserved_tokens`: the whole sequence or as it grows);
+  (:meth:`Backend.reserved_tokens`: the whole sequence or as it grows), and its admission and
+  preemption as the request-level simulation plays them (``kv_admission``);
 * the largest decode batch it replays as a CUDA graph (:meth:`Backend.graph_max_batch`);
 * its fitted constants (``fitted``: :class:`Fitted`, written by ``bench/silicon.py --fit``
   from calibration rows only).
@@ -26,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..roofline import gpu_spec
+from ..specs.roofline import gpu_spec
 from .model import Constants
 
 GiB = 2**30
@@ -83,6 +84,13 @@ class Backend(ABC):
     max_running: ClassVar[int]
     #: KV blocks reserved per request: the whole sequence, or as it grows.
     reserves_whole_sequence: ClassVar[bool]
+    #: When the scheduler admits a request and what it does when the cache runs out, as the
+    #: request-level simulation plays it (:data:`modperf.simulate.ADMISSIONS`): "as_needed"
+    #: (the tokens scheduled now must fit; the newest running request is preempted and
+    #: recomputed), "whole_sequence" (isl + osl reserved up front; nothing evicted) or
+    #: "new_token_ratio" (SGLang's reservation of a decaying share of the tokens still to
+    #: come; the newest is retracted).
+    kv_admission: ClassVar[str]
     fitted: ClassVar[Fitted] = NOTHING_FITTED
 
     def step_budget(self, mem_capacity: float) -> int:

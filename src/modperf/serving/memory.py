@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import errors as E
-from ..layers import ffn_groups, layer_schedule
-from ..roofline import bytes_of, gpu_spec
+from ..base import errors as E
+from ..specs.layers import ffn_groups, layer_schedule
+from ..specs.roofline import bytes_of, gpu_spec
 from .backend import KV_BYTES, Backend, GiB
 
 if TYPE_CHECKING:
-    from ..models import ModelConfig
+    from ..specs.models import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,11 @@ class SystemMemory:
 
 
 def system_memory(system: str) -> SystemMemory:
-    """The memory of ``system`` from its yaml, as :func:`modperf.roofline.gpu_spec` reads it; a
+    """The memory of ``system`` from its yaml, as :func:`modperf.specs.roofline.gpu_spec` reads it; a
     SystemSpecError where the file is missing or gives no capacity."""
     gpu = gpu_spec(system)
     if not gpu.from_file or gpu.mem_capacity <= 0:
-        from ..catalog import embedded_systems_dir
+        from ..fast.cache_keys import embedded_systems_dir
 
         path = embedded_systems_dir() / f"{system}.yaml"
         reason = "no positive gpu.mem_capacity" if gpu.from_file else "no system file"

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import errors as E
+from ..base import errors as E
 
 
 @dataclass(frozen=True)

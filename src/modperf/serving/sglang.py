@@ -5,7 +5,10 @@
   are off by default);
 * memory: ``mem_fraction_static`` leaves a reserve of 512 MiB + 1.5 MiB per chunk token + 2 MiB
   per CUDA-graph batch + tp / 8 GiB, at least 10 GiB on GPUs above 60 GB;
-* running requests: the KV pool alone decides; KV allocated as a request grows;
+* running requests: the KV pool alone decides; KV allocated as a request grows; a request is
+  admitted when the free pool covers its prompt and the new-token ratio (0.7, decaying to 0.098
+  over 600 decode steps) of what the running requests and it may still generate; the newest is
+  retracted when a decode step does not fit (``schedule_policy.py``, ``environ.py``);
 * CUDA graphs: ``cuda_graph_max_bs`` 256 at tp < 4 and 512 from tp 4 below 160 GB of GPU
   memory, 512 from there.
 """
@@ -23,6 +26,7 @@ class SGLang(Backend):
     scheduler = "prefill_first"
     max_running = 1 << 20
     reserves_whole_sequence = False
+    kv_admission = "new_token_ratio"
 
     def kv_budget_bytes(self, *, mem_capacity: float, weights: float, other: float, chunk: int,
                         gpus: int) -> float:

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from ..roofline import bytes_of
+from ..specs.roofline import bytes_of
 from .backend import KV_BYTES, Backend, Fitted
 from .model import Constants
 
@@ -24,6 +24,7 @@ class TRTLLM(Backend):
     scheduler = "mixed"
     max_running = 2048
     reserves_whole_sequence = True
+    kv_admission = "whole_sequence"
 
     def kv_budget_bytes(self, *, mem_capacity: float, weights: float, other: float, chunk: int,
                         gpus: int) -> float:

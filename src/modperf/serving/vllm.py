@@ -3,7 +3,9 @@
 * step budget: ``max_num_batched_tokens`` 8192 (``vllm serve`` on GPUs of 70 GiB and more);
 * scheduler: mixed (chunked prefill, decodes first, prefill chunks in the same step);
 * memory: ``gpu_memory_utilization`` 0.90 of the GPU, less weights and the activation reserve;
-* running requests: ``max_num_seqs`` 1024; KV blocks allocated as a request grows;
+* running requests: ``max_num_seqs`` 1024; KV blocks allocated as a request grows: a request is
+  admitted when the blocks of the tokens scheduled now are free; where a step's blocks run out,
+  the newest running request is preempted and recomputed later (``vllm/v1/core/sched/scheduler.py``);
 * CUDA graphs: decode batches up to ``min(2 * max_num_seqs, 512)`` = 512
   (``max_cudagraph_capture_size``).
 """
@@ -21,6 +23,7 @@ class VLLM(Backend):
     scheduler = "mixed"
     max_running = 1024
     reserves_whole_sequence = False
+    kv_admission = "as_needed"
 
     def kv_budget_bytes(self, *, mem_capacity: float, weights: float, other: float, chunk: int,
                         gpus: int) -> float:

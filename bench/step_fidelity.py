@@ -92,6 +92,14 @@ def table(title: str, rows: list[dict[str, Any]], priced, fitted, physics, key) 
         print(line)
 
 
+def strict_only(priced: dict[str, Any]) -> dict[str, Any]:
+    """The priced rows with those answered only with a substitution or on an assumed topology
+    made unanswered (bench/silicon.py scores both apart)."""
+    return {k: (RuntimeError("substituted") if isinstance(v, Priced) and v.substitutions
+                else RuntimeError("assumed") if isinstance(v, Priced) and v.assumptions else v)
+            for k, v in priced.items()}
+
+
 def headline(rows, priced, preds) -> str:
     out = []
     for half in ("calib", "eval"):
@@ -231,8 +239,7 @@ def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
     """Every lever off in turn, the constants refitted on the calibration half, the headline of
     both halves (strict rows)."""
     print("\nLEVERS (each off in turn; constants refitted on calibration rows; strict rows)")
-    strict = {k: (RuntimeError("substituted") if isinstance(v, Priced) and v.substitutions else v)
-              for k, v in priced.items()}
+    strict = strict_only(priced)
 
     def line(label: str, these: dict[str, Any], **form: Any) -> None:
         print(f"  {label:<58} {headline(rows, these, predictions(rows, these, fit(rows, these, **form)))}")
@@ -294,10 +301,10 @@ def main() -> int:
     priced = price(every)
     print(f"priced {len(every)} rows in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     rows = dedupe(every)
-    strict = {k: (RuntimeError("substituted") if isinstance(v, Priced) and v.substitutions else v)
-              for k, v in priced.items()}  # substituted rows are scored by bench/silicon.py, apart
+    strict = strict_only(priced)  # substituted and assumed rows are scored by bench/silicon.py, apart
     fitted = predictions(rows, strict)
     physics = predictions(rows, strict, "physics")
+    guessed = {k: v for k, v in priced.items() if isinstance(v, Priced) and v.assumptions and not v.substitutions}
     print(f"rows (one per measurement and half): calibration {sum(r['split'] == 'calib' for r in rows)}, "
           f"evaluation {sum(r['split'] == 'eval' for r in rows)}; calibration rows the fit may use: "
           f"{len(calibration_rows(every, priced))}")
@@ -313,6 +320,11 @@ def main() -> int:
           [r for r in rows if r["mode"] == "agg" and band(concurrency_of(r, priced)) == "<= 4"], priced, fitted,
           physics, lambda r: f"{r['backend']} {generation_of(r['system'])}")
     table("BY MODEL FAMILY", rows, priced, fitted, physics, lambda r: f"{family(r['model_path'])} {r['mode']}")
+    assumed_rows = [r for r in rows if r["id"] in guessed]
+    table("ASSUMED DECODE BATCH (disaggregated rows without worker counts: concurrency / one decode worker's "
+          "ranks), by backend x generation x band", assumed_rows, guessed,
+          predictions(assumed_rows, guessed), predictions(assumed_rows, guessed, "physics"),
+          lambda r: f"{r['backend']} {generation_of(r['system'])} {band(concurrency_of(r, priced))}")
     if args.floors:
         floors()
     if args.levers:

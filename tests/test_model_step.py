@@ -130,6 +130,22 @@ def test_expert_parallel_adds_dispatch_and_combine(db: modperf.Database) -> None
     assert (experts.fields["num_tokens"], experts.fields["moe_tp_size"], experts.fields["moe_ep_size"]) == (32, 1, 8)
 
 
+def test_mxfp4_experts_run_on_the_backends_default_kernel_for_the_gpu(db: modperf.Database) -> None:
+    """gpt-oss's mxfp4 experts on TRT-LLM: its TRTLLM MoE backend (mxfp8 activations) on
+    Blackwell, TRITON (bfloat16 activations) on Hopper, as its deployment guide says; each
+    answer is the stored row of that kernel's table."""
+    for system, kernel, name in (("b200_sxm", "w4a8_mxfp4_mxfp8", "L0-35 moe experts (w4a8_mxfp4_mxfp8 kernel)"),
+                                 ("h200_sxm", "w4a16_mxfp4", "L0-35 moe experts")):
+        step = step_cost(db, model="openai/gpt-oss-120b", system=system, backend="trtllm", parallel=Parallel(tp=1),
+                         decode=DecodePart(8, 2048))
+        experts = next(op for op in step.ops if op.component == "moe")
+        assert (experts.name, experts.fields["moe_dtype"]) == (name, kernel)
+        assert experts.kind == "exact"
+        path = db.ref(system, "trtllm", experts.version, "moe").path
+        names = set(pq.read_schema(path).names)
+        assert experts.ms == stored_latency(path, {k: v for k, v in experts.fields.items() if k in names})
+
+
 def test_parallel_is_validated() -> None:
     assert Parallel(tp=4, attention_dp=2, moe_ep=4).moe_tp == 2
     assert Parallel(tp=8) == Parallel(tp=8, moe_tp=8, moe_ep=1)

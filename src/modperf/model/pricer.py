@@ -22,6 +22,7 @@ from .step_types import (
     ALLTOALL_TABLES,
     DEEPEP_SMS,
     DISTRIBUTIONS,
+    MXFP4_DEFAULT_KERNEL,
     MXFP4_KERNELS,
     NOT_COVERED,
     ROOFLINE,
@@ -466,10 +467,14 @@ class StepPricer:
             "topk": block.topk, "num_experts": block.experts, "moe_tp_size": par.moe_tp_size,
             "moe_ep_size": par.moe_ep}
         quant = plan.config.quantization.moe
+        own = quant in MXFP4_KERNELS and quant == plan.config.checkpoint.moe
+        if own:  # the checkpoint's mxfp4 experts run on the backend's default kernel for the GPU
+            quant = MXFP4_DEFAULT_KERNEL.get((plan.backend, plan.gpu.sm_version // 10), quant)
         if quant is not None:
             fields["moe_dtype"] = quant
-        self.op(f"{name} experts", "moe", count, "moe", fields)
-        if self.ops[-1].ms is None and quant in MXFP4_KERNELS and quant == plan.config.checkpoint.moe:
+        self.op(f"{name} experts" + ("" if quant == plan.config.quantization.moe else f" ({quant} kernel)"),
+                "moe", count, "moe", fields)
+        if self.ops[-1].ms is None and own:
             # an mxfp4 checkpoint runs on whichever mxfp4 kernel the backend has for the GPU
             # (activations in bf16 on Hopper, in mxfp8 on Blackwell): the weights are the same (a
             # kernel named as the deployment's choice is kept: its miss is the answer)

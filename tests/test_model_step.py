@@ -146,6 +146,22 @@ def test_mxfp4_experts_run_on_the_backends_default_kernel_for_the_gpu(db: modper
         assert experts.ms == stored_latency(path, {k: v for k, v in experts.fields.items() if k in names})
 
 
+def test_trtllm_caps_a_moe_models_dense_mlp_tp(db: modperf.Database) -> None:
+    """TRT-LLM runs DeepSeek-V3's shared experts and dense layers at gcd(inter / block, tp)
+    within one node (its _compute_shared_expert_tp_size / _compute_mlp_tp_size): fp8_block
+    blocks of 128 give gcd(2048 / 128, 32) = 16 for the shared expert, above h200's 8 GPUs per
+    node, so 8 (k = 2048 / 8); the dense layers gcd(18432 / 128, 32) = 16 -> 8 as well. vLLM
+    shards them over all 32 ranks."""
+    par = Parallel(tp=32, moe_tp=32)
+    downs = {}
+    for backend in ("trtllm", "vllm"):
+        pricer_step = step_cost(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend=backend,
+                                parallel=par, decode=DecodePart(8, 2048))
+        downs[backend] = {op.name: op.fields.get("k") for op in pricer_step.ops if op.name.endswith(" down")}
+    assert downs["trtllm"] == {"L0-2 mlp down": 18432 // 8, "L3-60 moe shared expert down": 2048 // 8}
+    assert downs["vllm"] == {"L0-2 mlp down": 18432 // 32, "L3-60 moe shared expert down": 2048 // 32}
+
+
 def test_parallel_is_validated() -> None:
     assert Parallel(tp=4, attention_dp=2, moe_ep=4).moe_tp == 2
     assert Parallel(tp=8) == Parallel(tp=8, moe_tp=8, moe_ep=1)

@@ -235,6 +235,13 @@ def decode_eager(db: modperf.Database):
     return change
 
 
+def _differs(a: Any, b: Any) -> bool:
+    """Whether a row is priced differently (answered on one side only, or other steps)."""
+    if isinstance(a, Priced) != isinstance(b, Priced):
+        return True
+    return isinstance(a, Priced) and a.steps != b.steps
+
+
 def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
     """Every lever off in turn, the constants refitted on the calibration half, the headline of
     both halves (strict rows)."""
@@ -262,6 +269,19 @@ def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
         again, changed = reprice_under(db, rows, strict, rule)
         what = "dropped rule memory_floor put back" if rule == "memory_floor" else f"without {rule}"
         line(f"{what} (rows changed: {changed['calib']} calib, {changed['eval']} eval)", again)
+    import modperf.model.pricer as pricer
+
+    for attr, off, what in (("MXFP4_DEFAULT_KERNEL", {}, "without TRT-LLM's default mxfp4 kernel per GPU"),
+                            ("MLP_TP_CAPPING_BACKENDS", (), "without TRT-LLM's dense-MLP tp cap")):
+        kept = getattr(pricer, attr)
+        setattr(pricer, attr, off)
+        try:
+            again = strict_only(price_all(modperf.open(), rows))
+        finally:
+            setattr(pricer, attr, kept)
+        n = {h: sum(1 for r in rows if r["split"] == h and _differs(strict[r["id"]], again[r["id"]]))
+             for h in ("calib", "eval")}
+        line(f"{what} (rows changed: {n['calib']} calib, {n['eval']} eval)", again)
     start = time.perf_counter()
     eager = with_inputs(strict, decode_eager(db))
     line(f"decode steps eager, not graphed ({time.perf_counter() - start:.0f} s to re-price)", eager)

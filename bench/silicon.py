@@ -94,16 +94,21 @@ def cross_split_twins(rows: list[dict[str, Any]]) -> set[str]:
             == {"eval", "calib"}}
 
 
-def noise_floor(rows: list[dict[str, Any]]) -> tuple[float, float, float, float]:
-    """Rows repeating one configuration (every deployment column and the version), exact
-    re-exports removed: |x / group median - 1|, median and p90, for TTFT and TPOT."""
+def noise_floor(rows: list[dict[str, Any]], concurrency: bool = False) -> tuple[float, float, float, float]:
+    """Rows repeating one configuration (every deployment column and the version; with
+    ``concurrency``, also a disaggregated row's concurrency from its provenance column, which
+    tells apart the rows without worker counts), exact re-exports removed: |x / group median -
+    1|, median and p90, for TTFT and TPOT."""
     seen, groups = set(), collections.defaultdict(list)
     for r in rows:
         pair = (r["silicon_ttft_ms"], r["silicon_tpot_ms"])
         if pair in seen:
             continue
         seen.add(pair)
-        key = json.dumps(question({**r, "id": None}), sort_keys=True, default=str)
+        line = question({**r, "id": None})
+        if not concurrency:
+            line.pop("concurrency", None)
+        key = json.dumps(line, sort_keys=True, default=str)
         groups[key].append(pair)
     dev_t, dev_p = [], []
     for pairs in groups.values():
@@ -253,6 +258,12 @@ def substituted(priced) -> set[str]:
     return {k for k, p in priced.items() if isinstance(p, Priced) and p.substitutions}
 
 
+def assumed(priced) -> set[str]:
+    """Rows answered on an assumed topology (a disaggregated row's decode batch from its
+    concurrency alone: ``Priced.assumptions``)."""
+    return {k for k, p in priced.items() if isinstance(p, Priced) and p.assumptions}
+
+
 def refusals(rows, priced) -> None:
     reasons = collections.Counter()
     for r in rows:
@@ -359,15 +370,24 @@ def main() -> int:
     evaluation = [r for r in rows if r["split"] == "eval"]
     twins = cross_split_twins(rows)
     subs = substituted(priced)
-    every_pred, preds = preds, {k: v for k, v in preds.items() if k not in subs}
+    guessed = assumed(priced)
+    every_pred, preds = preds, {k: v for k, v in preds.items() if k not in subs and k not in guessed}
     score_table("HEADLINE: evaluation rows (all; then without cross-split re-exports; then calibration); strict "
                 "answers (no substitution)", rows, preds, lambda r: "evaluation" if r["split"] == "eval"
                 else "calibration")
+    half = {"eval": "evaluation", "calib": "calibration"}
     score_table("the same with the substituted rows (allow_substitute) counted as answered; then those rows alone",
-                rows, every_pred, lambda r: ("evaluation" if r["split"] == "eval" else "calibration")
-                + " strict + substituted")
+                rows, {k: v for k, v in every_pred.items() if k not in guessed},
+                lambda r: half[r["split"]] + " strict + substituted")
     score_table("", [r for r in rows if r["id"] in subs], every_pred,
                 lambda r: ("evaluation" if r["split"] == "eval" else "calibration") + " substituted only")
+    score_table("the disaggregated rows without worker counts answered on the assumed decode batch (TPOT only; "
+                "never fitted on): with the strict rows; with the strict and substituted rows; then alone, by "
+                "backend x mode", rows, {k: v for k, v in every_pred.items() if k not in subs},
+                lambda r: half[r["split"]] + " strict + assumed")
+    score_table("", rows, every_pred, lambda r: half[r["split"]] + " strict + substituted + assumed")
+    score_table("", [r for r in rows if r["id"] in guessed], every_pred,
+                lambda r: f"{half[r['split']]} assumed only, {r['backend']} {r['mode']}")
     score_table("evaluation rows without the re-exports of calibration measurements",
                 [r for r in evaluation if r["id"] not in twins], preds, lambda r: "evaluation (no twins)")
     score_table("evaluation, by backend x mode", evaluation, preds, lambda r: f"{r['backend']} {r['mode']}")
@@ -376,6 +396,9 @@ def main() -> int:
     nf = noise_floor(rows)
     print(f"\nnoise floor (repeated configurations, re-exports removed): TTFT |x/median-1| median {nf[0]:.3f} "
           f"p90 {nf[1]:.3f}; TPOT median {nf[2]:.3f} p90 {nf[3]:.3f}")
+    nf = noise_floor(rows, concurrency=True)
+    print(f"the same, disaggregated rows also keyed by their concurrency: TTFT median {nf[0]:.3f} p90 {nf[1]:.3f}; "
+          f"TPOT median {nf[2]:.3f} p90 {nf[3]:.3f}")
     print(f"best tool (issue 14, 800 stratified rows): answered {TOOL['answered']:.0%}; TTFT {TOOL['ttft'][0]} / "
           f"{TOOL['ttft'][1]} signed {TOOL['ttft'][2]}; TPOT {TOOL['tpot'][0]} / {TOOL['tpot'][1]}")
     refusals(evaluation, priced)
@@ -384,6 +407,8 @@ def main() -> int:
     if args.tool:  # strict answers against the tool; the substituted ones are scored apart above
         strict = {k: (v if k not in subs else E.NotCoveredError("answered only with allow_substitute"))
                   for k, v in priced.items()}
+        strict = {k: (v if k not in guessed else E.QueryFieldError("answered only on an assumed decode batch"))
+                  for k, v in strict.items()}
         return versus_tool(args, sample, strict, predictions(sample, strict))
     return 0
 

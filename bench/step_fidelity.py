@@ -92,6 +92,14 @@ def table(title: str, rows: list[dict[str, Any]], priced, fitted, physics, key) 
         print(line)
 
 
+def strict_only(priced: dict[str, Any]) -> dict[str, Any]:
+    """The priced rows with those answered only with a substitution or on an assumed topology
+    made unanswered (bench/silicon.py scores both apart)."""
+    return {k: (RuntimeError("substituted") if isinstance(v, Priced) and v.substitutions
+                else RuntimeError("assumed") if isinstance(v, Priced) and v.assumptions else v)
+            for k, v in priced.items()}
+
+
 def headline(rows, priced, preds) -> str:
     out = []
     for half in ("calib", "eval"):
@@ -227,12 +235,18 @@ def decode_eager(db: modperf.Database):
     return change
 
 
+def _differs(a: Any, b: Any) -> bool:
+    """Whether a row is priced differently (answered on one side only, or other steps)."""
+    if isinstance(a, Priced) != isinstance(b, Priced):
+        return True
+    return isinstance(a, Priced) and a.steps != b.steps
+
+
 def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
     """Every lever off in turn, the constants refitted on the calibration half, the headline of
     both halves (strict rows)."""
     print("\nLEVERS (each off in turn; constants refitted on calibration rows; strict rows)")
-    strict = {k: (RuntimeError("substituted") if isinstance(v, Priced) and v.substitutions else v)
-              for k, v in priced.items()}
+    strict = strict_only(priced)
 
     def line(label: str, these: dict[str, Any], **form: Any) -> None:
         print(f"  {label:<58} {headline(rows, these, predictions(rows, these, fit(rows, these, **form)))}")
@@ -255,6 +269,19 @@ def levers(rows: list[dict[str, Any]], priced: dict[str, Any]) -> None:
         again, changed = reprice_under(db, rows, strict, rule)
         what = "dropped rule memory_floor put back" if rule == "memory_floor" else f"without {rule}"
         line(f"{what} (rows changed: {changed['calib']} calib, {changed['eval']} eval)", again)
+    import modperf.model.pricer as pricer
+
+    for attr, off, what in (("MXFP4_DEFAULT_KERNEL", {}, "without TRT-LLM's default mxfp4 kernel per GPU"),
+                            ("MLP_TP_CAPPING_BACKENDS", (), "without TRT-LLM's dense-MLP tp cap")):
+        kept = getattr(pricer, attr)
+        setattr(pricer, attr, off)
+        try:
+            again = strict_only(price_all(modperf.open(), rows))
+        finally:
+            setattr(pricer, attr, kept)
+        n = {h: sum(1 for r in rows if r["split"] == h and _differs(strict[r["id"]], again[r["id"]]))
+             for h in ("calib", "eval")}
+        line(f"{what} (rows changed: {n['calib']} calib, {n['eval']} eval)", again)
     start = time.perf_counter()
     eager = with_inputs(strict, decode_eager(db))
     line(f"decode steps eager, not graphed ({time.perf_counter() - start:.0f} s to re-price)", eager)
@@ -294,10 +321,10 @@ def main() -> int:
     priced = price(every)
     print(f"priced {len(every)} rows in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     rows = dedupe(every)
-    strict = {k: (RuntimeError("substituted") if isinstance(v, Priced) and v.substitutions else v)
-              for k, v in priced.items()}  # substituted rows are scored by bench/silicon.py, apart
+    strict = strict_only(priced)  # substituted and assumed rows are scored by bench/silicon.py, apart
     fitted = predictions(rows, strict)
     physics = predictions(rows, strict, "physics")
+    guessed = {k: v for k, v in priced.items() if isinstance(v, Priced) and v.assumptions and not v.substitutions}
     print(f"rows (one per measurement and half): calibration {sum(r['split'] == 'calib' for r in rows)}, "
           f"evaluation {sum(r['split'] == 'eval' for r in rows)}; calibration rows the fit may use: "
           f"{len(calibration_rows(every, priced))}")
@@ -313,6 +340,11 @@ def main() -> int:
           [r for r in rows if r["mode"] == "agg" and band(concurrency_of(r, priced)) == "<= 4"], priced, fitted,
           physics, lambda r: f"{r['backend']} {generation_of(r['system'])}")
     table("BY MODEL FAMILY", rows, priced, fitted, physics, lambda r: f"{family(r['model_path'])} {r['mode']}")
+    assumed_rows = [r for r in rows if r["id"] in guessed]
+    table("ASSUMED DECODE BATCH (disaggregated rows without worker counts: concurrency / one decode worker's "
+          "ranks), by backend x generation x band", assumed_rows, guessed,
+          predictions(assumed_rows, guessed), predictions(assumed_rows, guessed, "physics"),
+          lambda r: f"{r['backend']} {generation_of(r['system'])} {band(concurrency_of(r, priced))}")
     if args.floors:
         floors()
     if args.levers:

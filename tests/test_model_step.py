@@ -130,6 +130,38 @@ def test_expert_parallel_adds_dispatch_and_combine(db: modperf.Database) -> None
     assert (experts.fields["num_tokens"], experts.fields["moe_tp_size"], experts.fields["moe_ep_size"]) == (32, 1, 8)
 
 
+def test_mxfp4_experts_run_on_the_backends_default_kernel_for_the_gpu(db: modperf.Database) -> None:
+    """gpt-oss's mxfp4 experts on TRT-LLM: its TRTLLM MoE backend (mxfp8 activations) on
+    Blackwell, TRITON (bfloat16 activations) on Hopper, as its deployment guide says; each
+    answer is the stored row of that kernel's table."""
+    for system, kernel, name in (("b200_sxm", "w4a8_mxfp4_mxfp8", "L0-35 moe experts (w4a8_mxfp4_mxfp8 kernel)"),
+                                 ("h200_sxm", "w4a16_mxfp4", "L0-35 moe experts")):
+        step = step_cost(db, model="openai/gpt-oss-120b", system=system, backend="trtllm", parallel=Parallel(tp=1),
+                         decode=DecodePart(8, 2048))
+        experts = next(op for op in step.ops if op.component == "moe")
+        assert (experts.name, experts.fields["moe_dtype"]) == (name, kernel)
+        assert experts.kind == "exact"
+        path = db.ref(system, "trtllm", experts.version, "moe").path
+        names = set(pq.read_schema(path).names)
+        assert experts.ms == stored_latency(path, {k: v for k, v in experts.fields.items() if k in names})
+
+
+def test_trtllm_caps_a_moe_models_dense_mlp_tp(db: modperf.Database) -> None:
+    """TRT-LLM runs DeepSeek-V3's shared experts and dense layers at gcd(inter / block, tp)
+    within one node (its _compute_shared_expert_tp_size / _compute_mlp_tp_size): fp8_block
+    blocks of 128 give gcd(2048 / 128, 32) = 16 for the shared expert, above h200's 8 GPUs per
+    node, so 8 (k = 2048 / 8); the dense layers gcd(18432 / 128, 32) = 16 -> 8 as well. vLLM
+    shards them over all 32 ranks."""
+    par = Parallel(tp=32, moe_tp=32)
+    downs = {}
+    for backend in ("trtllm", "vllm"):
+        pricer_step = step_cost(db, model="deepseek-ai/DeepSeek-V3", system="h200_sxm", backend=backend,
+                                parallel=par, decode=DecodePart(8, 2048))
+        downs[backend] = {op.name: op.fields.get("k") for op in pricer_step.ops if op.name.endswith(" down")}
+    assert downs["trtllm"] == {"L0-2 mlp down": 18432 // 8, "L3-60 moe shared expert down": 2048 // 8}
+    assert downs["vllm"] == {"L0-2 mlp down": 18432 // 32, "L3-60 moe shared expert down": 2048 // 32}
+
+
 def test_parallel_is_validated() -> None:
     assert Parallel(tp=4, attention_dp=2, moe_ep=4).moe_tp == 2
     assert Parallel(tp=8) == Parallel(tp=8, moe_tp=8, moe_ep=1)

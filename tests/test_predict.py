@@ -160,6 +160,41 @@ def test_disaggregated_without_worker_counts_answers_tpot_only(db: modperf.Datab
     assert "prefill_one" not in out.steps and out.steps["decode"]["graphed"] is True
 
 
+def test_disaggregated_concurrency_without_workers_assumes_the_decode_batch(db: modperf.Database) -> None:
+    """Neither decode_batch_size nor worker counts, only the concurrency (the file writes it in
+    its provenance column): the decode batch per rank is ceil(concurrency / the decode worker's
+    tp x attention-DP ranks) = ceil(21 / 2) = 11, an assumption the answer names; TPOT is that
+    step, TTFT null."""
+    row = {**QWEN, "mode": "disagg", "isl": 1024, "osl": 64, "prefill_tp_size": 2, "decode_tp_size": 2,
+           "silicon_data_source": "source_file=2026-03-25.csv; model=Qwen3-32B; silicon_concurrency=21; wip=False"}
+    dep = deployment_from_row(row)
+    assert dep.decode.batch == 11 and dep.decode.workers is None and dep.concurrency == 21
+    out = predict(db, dep, fitted=False)
+    td = step_cost(db, model="Qwen/Qwen3-32B", system="h200_sxm", backend="vllm", parallel=Parallel(tp=2),
+                   decode=DecodePart(11, 1024 + 32), graphed=True).total_ms
+    assert out.tpot_ms == td and out.ttft_ms is None and out.serving["concurrency"] == 21
+    assumption = ("assumed: decode batch per rank = ceil(concurrency 21 / 2 tp x attention-DP ranks of one decode "
+                  "worker) = 11")
+    assert out.provenance["assumptions"][0].startswith(assumption) and out.notes[0].startswith(assumption)
+    # the field says the same as the provenance column, and wins over it
+    same = deployment_from_row({**row, "concurrency": 21, "silicon_data_source": "silicon_concurrency=5"})
+    assert same.decode.batch == 11
+    # a deployment that fixes the pools must agree with its concurrency; a strict one assumes nothing
+    fixed = {**QWEN, "mode": "disagg", "isl": 1024, "osl": 64, "prefill_tp_size": 2, "prefill_num_workers": 1,
+             "decode_tp_size": 2, "decode_num_workers": 2, "decode_batch_size": 8}
+    assert deployment_from_row({**fixed, "concurrency": 16}).assumptions == ()
+    with pytest.raises(E.QueryFieldError, match="concurrency 12 contradicts the pools: decode_batch_size x "
+                                                "decode_num_workers x decode_attention_dp_size = 16"):
+        deployment_from_row({**fixed, "concurrency": 12})
+    with pytest.raises(E.QueryFieldError, match=r"concurrency 9 contradicts the pools: batch_size x "
+                                                r"attention_dp_size = 8"):
+        deployment_from_row({**QWEN, "isl": 8, "osl": 8, "batch_size": 8, "tp_size": 1, "concurrency": 9})
+    # an aggregated row's provenance column is not read (the file writes some batches per replica)
+    agg = deployment_from_row({**QWEN, "isl": 8, "osl": 8, "batch_size": 8, "tp_size": 1,
+                               "silicon_data_source": "silicon_concurrency=9"})
+    assert agg.concurrency is None
+
+
 def test_a_deployment_that_cannot_run_is_refused_with_the_figures(db: modperf.Database) -> None:
     """DeepSeek-V3's fp8 weights (~626 GiB) on one 80 GiB H100 of the prefill pool (the decode
     pool, over 16 GPUs, holds its 39 GiB share)."""

@@ -5,6 +5,7 @@ isolation adds to a GEMM table (its per-call floor, which a CUDA graph replay re
 from __future__ import annotations
 
 import bisect
+import math
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,8 +23,11 @@ from .step_types import (
     ALLTOALL_TABLES,
     DEEPEP_SMS,
     DISTRIBUTIONS,
+    MLP_TP_CAPPING_BACKENDS,
+    MXFP4_DEFAULT_KERNEL,
     MXFP4_KERNELS,
     NOT_COVERED,
+    QUANT_BLOCK,
     ROOFLINE,
     SPLIT_AXES,
     DecodePart,
@@ -448,10 +452,22 @@ class StepPricer:
         self.gemm(f"{name} in_proj_ba", count, tokens, 2 * hv, plan.hidden)
         self.gemm(f"{name} out_proj", count, tokens, plan.hidden, hv * dv)
 
+    def mlp_tp(self, inter: int) -> int:
+        """The tensor parallelism a dense MLP of ``inter`` columns runs at: tp, except where the
+        backend caps a MoE model's dense MLPs at ``gcd(inter / block, tp)`` within one node
+        (:data:`MLP_TP_CAPPING_BACKENDS`)."""
+        plan = self.plan
+        tp = plan.parallel.tp
+        if plan.backend not in MLP_TP_CAPPING_BACKENDS or all(b.kind == "dense" for b, _, _ in plan.ffn):
+            return tp
+        capped = math.gcd(inter // QUANT_BLOCK.get(str(plan.config.quantization.gemm), 1), tp)
+        return math.gcd(capped, plan.gpu.gpus_per_node) if capped > plan.gpu.gpus_per_node else capped
+
     def dense(self, name: str, count: int, inter: int, tokens: int) -> None:
-        """A gated MLP sharded by tp: gate/up column-parallel (n = 2 inter / tp), down
-        row-parallel (k = inter / tp), and the SiLU x up element-wise op between them."""
-        local = inter // self.plan.parallel.tp
+        """A gated MLP sharded by tp (or the backend's capped tp, :meth:`mlp_tp`): gate/up
+        column-parallel (n = 2 inter / tp), down row-parallel (k = inter / tp), and the SiLU x
+        up element-wise op between them."""
+        local = inter // self.mlp_tp(inter)
         self.gemm(f"{name} gate_up", count, tokens, 2 * local, self.plan.hidden)
         self.gemm(f"{name} down", count, tokens, self.plan.hidden, local)
         self.roofline(f"{name} activation", count, 6.0 * tokens * local, "SiLU(gate) x up: read 2 x inter/tp, write "
@@ -466,10 +482,14 @@ class StepPricer:
             "topk": block.topk, "num_experts": block.experts, "moe_tp_size": par.moe_tp_size,
             "moe_ep_size": par.moe_ep}
         quant = plan.config.quantization.moe
+        own = quant in MXFP4_KERNELS and quant == plan.config.checkpoint.moe
+        if own:  # the checkpoint's mxfp4 experts run on the backend's default kernel for the GPU
+            quant = MXFP4_DEFAULT_KERNEL.get((plan.backend, plan.gpu.sm_version // 10), quant)
         if quant is not None:
             fields["moe_dtype"] = quant
-        self.op(f"{name} experts", "moe", count, "moe", fields)
-        if self.ops[-1].ms is None and quant in MXFP4_KERNELS and quant == plan.config.checkpoint.moe:
+        self.op(f"{name} experts" + ("" if quant == plan.config.quantization.moe else f" ({quant} kernel)"),
+                "moe", count, "moe", fields)
+        if self.ops[-1].ms is None and own:
             # an mxfp4 checkpoint runs on whichever mxfp4 kernel the backend has for the GPU
             # (activations in bf16 on Hopper, in mxfp8 on Blackwell): the weights are the same (a
             # kernel named as the deployment's choice is kept: its miss is the answer)

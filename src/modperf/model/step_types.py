@@ -37,6 +37,20 @@ ALLTOALL_TABLES = ("moe_a2a", "wideep_deepep_normal", "wideep_deepep_ll")
 DEEPEP_SMS = 20
 #: The moe_dtype names of kernels for one mxfp4 checkpoint (weights mxfp4; activations differ).
 MXFP4_KERNELS = ("w4a16_mxfp4", "w4a8_mxfp4_mxfp8")
+#: The mxfp4 kernel a backend serves an mxfp4 checkpoint's experts with by default, per GPU
+#: generation (the major of ``gpu.sm_version``): TRT-LLM's MoE backend is TRTLLM on Blackwell,
+#: mxfp8 activations on the mxfp4 weights, and TRITON on Hopper, bfloat16 activations (its
+#: gpt-oss deployment guide: "For Blackwell, the default MoE backend is TRTLLM. For Hopper, the
+#: default MoE backend is TRITON"). Elsewhere the checkpoint's own kernel is asked first.
+MXFP4_DEFAULT_KERNEL: dict[tuple[str, int], str] = {("trtllm", 10): "w4a8_mxfp4_mxfp8",
+                                                    ("trtllm", 9): "w4a16_mxfp4"}
+#: Backends that cap the tensor parallelism of a MoE model's dense MLPs (its shared experts and
+#: dense layers) at ``gcd(inter / quantization block, tp)``, and within one node: TRT-LLM's
+#: DeepSeek-V3 family (``_compute_shared_expert_tp_size``, ``_compute_mlp_tp_size``: "the TP
+#: size of MLP is capped by intermediate_size // block_size"); the other ranks hold copies.
+MLP_TP_CAPPING_BACKENDS = ("trtllm",)
+#: Elements per quantization scale block along the intermediate dimension, by GEMM dtype.
+QUANT_BLOCK = {"fp8_block": 128, "nvfp4": 16, "mxfp4": 32}
 #: Axes along which an op's work is a sum of independent parts (docs/estimate.md).
 SPLIT_AXES: dict[str, tuple[str, ...]] = {"gemm": ("m", "n"), "moe": ("num_tokens",)}
 #: How a step's notes name an MLA layer composed from its parts although module tables exist.
@@ -200,5 +214,6 @@ class StepCost:
 
 
 __all__ = ["ACTIVATION_DTYPE", "ALLTOALL_TABLES", "COMPONENTS", "COMPOSED_FALLBACK", "DEEPEP_SMS", "DISTRIBUTIONS",
-           "MXFP4_KERNELS", "NOT_COVERED", "OP_KINDS", "ROOFLINE", "SPLIT_AXES", "STEP_DTYPE_COLUMNS", "DecodePart",
-           "OpCost", "Parallel", "SeqChunk", "StepCost"]
+           "MLP_TP_CAPPING_BACKENDS", "MXFP4_DEFAULT_KERNEL", "MXFP4_KERNELS", "NOT_COVERED", "OP_KINDS",
+           "QUANT_BLOCK", "ROOFLINE", "SPLIT_AXES", "STEP_DTYPE_COLUMNS", "DecodePart", "OpCost", "Parallel",
+           "SeqChunk", "StepCost"]

@@ -7,12 +7,17 @@ The deployment's fields are the columns of ``silicon_sample.csv``, so a line of 
 question as it stands: ``model_path, system, backend, backend_version, mode, isl, osl,
 gemm_quant_mode, moe_quant_mode, batch_size, tp_size, pp_size, attention_dp_size, moe_tp_size,
 moe_ep_size`` and, for disaggregated deployments, ``prefill_`` / ``decode_`` + ``batch_size,
-num_workers, tp_size, pp_size, attention_dp_size, moe_tp_size, moe_ep_size``.
+num_workers, tp_size, pp_size, attention_dp_size, moe_tp_size, moe_ep_size``; ``concurrency``
+(the closed loop's users, all ranks and workers; read from the provenance column's
+``silicon_concurrency=N`` where the field is absent) is checked against the pools where they fix
+it, and sets the decode batch of a disaggregated deployment that gives neither
+``decode_batch_size`` nor worker counts (an assumption every such answer names).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import weakref
 from collections import Counter
 from collections.abc import Mapping
@@ -52,7 +57,7 @@ if TYPE_CHECKING:
 #: Fields of a deployment (the columns of silicon_sample.csv that describe one).
 TOP_FIELDS = ("id", "model_path", "system", "backend", "backend_version", "mode", "isl", "osl", "precision",
               "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
-              "moe_tp_size", "moe_ep_size")
+              "moe_tp_size", "moe_ep_size", "concurrency")
 POOL_FIELDS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 #: Choices a deployment may name that silicon_sample.csv has no column for.
 CHOICE_FIELDS = ("kv_cache_dtype", "token_budget")
@@ -120,12 +125,17 @@ class Deployment:
     #: chunked_prefill_size, TRT-LLM max_num_tokens); None: the backend's default
     #: (Backend.step_budget).
     token_budget: int | None = None
+    #: The closed loop's users (all ranks and workers), where given.
+    concurrency: int | None = None
+    #: What the deployment's fields did not say and the answer assumes (each one a note).
+    assumptions: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "model": self.model, "system": self.system, "backend": self.backend,
                 "version": self.version, "mode": self.mode, "isl": self.isl, "osl": self.osl,
                 "gemm_quant": self.gemm_quant, "moe_quant": self.moe_quant, "kv_cache_dtype": self.kv_cache_dtype,
-                "token_budget": self.token_budget,
+                "token_budget": self.token_budget, "concurrency": self.concurrency,
+                "assumptions": list(self.assumptions),
                 "pool": self.pool.to_dict() if self.pool else None,
                 "prefill": self.prefill.to_dict() if self.prefill else None,
                 "decode": self.decode.to_dict() if self.decode else None}
@@ -178,6 +188,38 @@ def _pool(row: Mapping[str, Any], prefix: str, *, need_batch: bool, workers: int
         workers=_int(row, f"{prefix}num_workers", limits.Range(1, 4096, "workers"), workers))
 
 
+_SOURCE_CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")
+
+
+def concurrency_of(row: Mapping[str, Any]) -> int | None:
+    """A disaggregated deployment's closed-loop concurrency: the ``concurrency`` field, or else the
+    ``silicon_concurrency=N`` of the provenance column ``silicon_data_source`` (how the file's
+    rows state it); None where neither says."""
+    if present(row, "concurrency"):
+        return _int(row, "concurrency", limits.BATCH)
+    source = row.get("silicon_data_source")
+    match = _SOURCE_CONCURRENCY.search(source) if isinstance(source, str) else None
+    if match is None:
+        return None
+    return limits.parse_int("silicon_data_source's silicon_concurrency", match.group(1), rng=limits.BATCH,
+                            fix="give concurrency as a whole number")
+
+
+def _concurrency_mismatch(concurrency: int, implied: int, how: str) -> E.QueryFieldError:
+    return E.QueryFieldError(f"concurrency {concurrency} contradicts the pools: {how} = {implied}",
+                             values={"concurrency": concurrency, "implied": implied},
+                             fix="give the concurrency the pools serve, or leave it out")
+
+
+#: The rule that sets a disaggregated decode batch from the concurrency alone (docs/serving.md,
+#: "Disaggregated serving"): chosen on the calibration rows without worker counts.
+DECODE_SPREAD_ASSUMPTION = (
+    "assumed: decode batch per rank = ceil(concurrency {c} / {gpus} tp x attention-DP ranks of one decode worker) "
+    "= {b}: the deployment gives neither decode_batch_size nor worker counts, so its {c} users are taken as "
+    "spread over one decode worker's ranks (as attention-data-parallel ranks would hold them); the real pool may "
+    "have more workers, attention DP or speculative decoding, which no field states")
+
+
 def _dtype(value: str | None) -> str | None:
     if value is None:
         return None
@@ -211,18 +253,41 @@ def deployment_from_row(row: Mapping[str, Any]) -> Deployment:
         mode=mode, isl=isl, osl=osl, version=_str(row, "backend_version"), id=_str(row, "id"),
         gemm_quant=_dtype(_str(row, "gemm_quant_mode")), moe_quant=_dtype(_str(row, "moe_quant_mode")),
         kv_cache_dtype=_dtype(_str(row, "kv_cache_dtype")), token_budget=_int(row, "token_budget", limits.TOKENS))
+    # The provenance column's concurrency is read for disaggregated rows only: 9 calibration
+    # rows of the file write an aggregated batch that is not concurrency / attention DP (their
+    # replicas or attention DP unstated), and a row of the file is never refused for that.
+    concurrency = concurrency_of(row) if mode == "disagg" else _int(row, "concurrency", limits.BATCH)
+    common["concurrency"] = concurrency
     if mode == "agg":
-        return Deployment(**common, pool=_pool(row, "", need_batch=True))
-    if not present(row, "decode_batch_size"):
-        raise E.QueryFieldError(
-            "a disaggregated deployment needs decode_batch_size: the decode step (and so TPOT) is priced at the "
-            "decode pool's batch", values={"missing": ["decode_batch_size"]},
-            fix="give decode_batch_size (and prefill_num_workers, decode_num_workers for TTFT)")
+        pool = _pool(row, "", need_batch=True)
+        assert pool.batch is not None
+        if concurrency is not None and concurrency != pool.batch * pool.attention_dp:
+            raise _concurrency_mismatch(concurrency, pool.batch * pool.attention_dp, "batch_size x attention_dp_size")
+        return Deployment(**common, pool=pool)
     prefill = _pool(row, "prefill_", need_batch=False, workers=None)
     if prefill.batch is None:
         prefill = Pool(prefill.tp, prefill.attention_dp, prefill.moe_tp, prefill.moe_ep, prefill.pp, 1,
                        prefill.workers)
-    return Deployment(**common, prefill=prefill, decode=_pool(row, "decode_", need_batch=True, workers=None))
+    if not present(row, "decode_batch_size"):
+        if concurrency is None or present(row, "decode_num_workers"):
+            raise E.QueryFieldError(
+                "a disaggregated deployment needs decode_batch_size: the decode step (and so TPOT) is priced at the "
+                "decode pool's batch", values={"missing": ["decode_batch_size"]},
+                fix="give decode_batch_size (and prefill_num_workers, decode_num_workers for TTFT); or, without "
+                    "worker counts, the concurrency (an assumed decode batch, said in the answer)")
+        spread = _pool(row, "decode_", need_batch=False, workers=None)
+        ranks = spread.tp * spread.attention_dp
+        batch = max(1, math.ceil(concurrency / ranks))
+        decode = Pool(spread.tp, spread.attention_dp, spread.moe_tp, spread.moe_ep, spread.pp, batch, None)
+        assumption = DECODE_SPREAD_ASSUMPTION.format(c=concurrency, gpus=ranks, b=batch)
+        return Deployment(**common, prefill=prefill, decode=decode, assumptions=(assumption,))
+    decode = _pool(row, "decode_", need_batch=True, workers=None)
+    assert decode.batch is not None
+    if concurrency is not None and decode.workers is not None \
+            and concurrency != decode.batch * decode.workers * decode.attention_dp:
+        raise _concurrency_mismatch(concurrency, decode.batch * decode.workers * decode.attention_dp,
+                                    "decode_batch_size x decode_num_workers x decode_attention_dp_size")
+    return Deployment(**common, prefill=prefill, decode=decode)
 
 
 # --- the model as served ------------------------------------------------------------------------
@@ -471,6 +536,8 @@ class Priced:
     substitutions: list[str] = field(default_factory=list)
     #: Prices more steps of the same (aggregated) pool: the simulation's grid (modperf.percentiles).
     pricer: _Steps | None = None
+    #: What the deployment did not say and the answer assumes (``Deployment.assumptions``).
+    assumptions: list[str] = field(default_factory=list)
 
 
 def _substituted(substitutions: set[str]) -> list[str]:
@@ -592,9 +659,10 @@ def price(db: Database, dep: Deployment, served: Served | None = None, *, allow_
                   "load is unknown (two such exports of one configuration differ 10x in TTFT); TPOT is the decode "
                   "pool's step")
         inputs = DisaggInputs(None, dep.isl, dep.osl, None, None, None, 1, dec.values["decode_ms"], None)
-        return Priced(dep, inputs, dec.steps, memory_doc, None, None, dec.kinds, dec.versions,
-                      notes + dec.step_notes + _substituted(dec.substitutions), config.dtypes_served(),
-                      ttft_reason=reason, fallbacks=sorted(dec.fallbacks), substitutions=sorted(dec.substitutions))
+        return Priced(dep, inputs, dec.steps, memory_doc, dep.concurrency, None, dec.kinds, dec.versions,
+                      list(dep.assumptions) + notes + dec.step_notes + _substituted(dec.substitutions),
+                      config.dtypes_served(), ttft_reason=reason, fallbacks=sorted(dec.fallbacks),
+                      substitutions=sorted(dec.substitutions), assumptions=list(dep.assumptions))
     pre = price_prefill_pool(db, dep, served, allow_substitute=allow_substitute, memory=pre_mem)  # its notes: pre_mem's
     concurrency = dep.decode.batch * dep.decode.workers * dep.decode.attention_dp
     inputs = disagg_inputs(dep.isl, dep.osl, concurrency, dep.prefill.workers * dep.prefill.attention_dp, pre, dec)
@@ -705,7 +773,7 @@ def solve(priced: Priced, constants: Constants, source: str) -> Prediction:
         serving["ttft_reason"] = priced.ttft_reason
     provenance = {"versions": dict(sorted(priced.versions.items())), "kinds": dict(sorted(priced.kinds.items())),
                   "version_asked": dep.version, "fallbacks": list(priced.fallbacks),
-                  "substitutions": list(priced.substitutions)}
+                  "substitutions": list(priced.substitutions), "assumptions": list(priced.assumptions)}
     return Prediction(dep, times.ttft_ms, times.tpot_ms, 1000.0 / times.tpot_ms, per_gpu, priced.gpus,
                       priced.steps, serving, provenance, list(priced.notes), dict(priced.served))
 
@@ -717,7 +785,7 @@ def predict(db: Database, dep: Deployment, *, fitted: bool = True, allow_substit
     return solve(price(db, dep, allow_substitute=allow_substitute), constants, source)
 
 
-__all__ = ["FIELDS", "KV_BYTES", "Deployment", "Pool", "PoolPriced", "Prediction", "Priced", "Served", "constants_for",
-           "deployment_from_row", "disagg_inputs", "kv_bytes_per_token", "kv_element_bytes", "pool_memory_of",
-           "predict", "price", "price_decode_pool", "price_prefill_pool", "served_model", "serving_of", "solve",
-           "tokens_per_s_per_gpu", "weight_bytes_per_gpu"]
+__all__ = ["FIELDS", "KV_BYTES", "Deployment", "Pool", "PoolPriced", "Prediction", "Priced", "Served", "concurrency_of",
+           "constants_for", "deployment_from_row", "disagg_inputs", "kv_bytes_per_token", "kv_element_bytes",
+           "pool_memory_of", "predict", "price", "price_decode_pool", "price_prefill_pool", "served_model",
+           "serving_of", "solve", "tokens_per_s_per_gpu", "weight_bytes_per_gpu"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..base import errors as E
 from . import BACKENDS, generation_of
 from .fit import FitResult, Row, fit_agg, fit_disagg
-from .predict import FIELDS, Priced, deployment_from_row, present, price
+from .predict import FIELDS, Priced, concurrency_of, deployment_from_row, present, price
 
 if TYPE_CHECKING:
     from ..query.db import Database
@@ -50,12 +50,16 @@ def silicon_rows(path: str | Path | None = None) -> list[dict[str, Any]]:
 
 def question(row: dict[str, Any]) -> dict[str, Any]:
     """A row as a predict line: the deployment's columns, empty ones left out, whole floats
-    (the CSV reader's) as integers."""
+    (the CSV reader's) as integers; a disaggregated row's concurrency from its provenance column."""
     out = {}
     for k in FIELDS:
         if present(row, k):
             v = row[k]
             out[k] = int(v) if isinstance(v, float) and v.is_integer() else v
+    if row.get("mode") == "disagg" and "concurrency" not in out:
+        concurrency = concurrency_of(row)  # the provenance column's silicon_concurrency
+        if concurrency is not None:
+            out["concurrency"] = concurrency
     return out
 
 
@@ -88,14 +92,15 @@ def price_rows(db: Database, rows: list[dict[str, Any]], *, substitute: bool = T
 
 def calibration_rows(rows: list[dict[str, Any]], priced: dict[str, Any], mode: str | None = None
                      ) -> list[dict[str, Any]]:
-    """The calibration rows the constants may be fitted on: priced strictly (no substitution),
+    """The calibration rows the constants may be fitted on: priced strictly (no substitution, no
+    assumed topology),
     of ``mode`` when given, and one measurement re-exported under several ids counted once."""
     calib, seen = [], set()
     for r in rows:
         pair = (r["silicon_ttft_ms"], r["silicon_tpot_ms"])
         p = priced.get(r["id"])
         if r["split"] != CALIBRATION or (mode and r["mode"] != mode) or pair in seen \
-                or not isinstance(p, Priced) or p.substitutions:
+                or not isinstance(p, Priced) or p.substitutions or p.assumptions:
             continue
         seen.add(pair)
         calib.append(r)

@@ -43,9 +43,9 @@ class TRTLLM(Backend):
 # --- fitted constants: written by `python bench/silicon.py --fit` from calibration rows only ---
 TRTLLM.fitted = Fitted(
     sets={
-        ("agg", "hopper"): Constants(s_pre=1.1304, s_dec=0.9776, tau0_ms=116.9546, kappa=0.143, host_op_ms=0.06441),
-        ("agg", "blackwell"): Constants(s_pre=1.0, s_dec=1.0, tau0_ms=116.9546, kappa=0.143, host_op_ms=0.06441),
-        ("agg", "*"): Constants(s_pre=1.0, s_dec=1.0, tau0_ms=116.9546, kappa=0.143, host_op_ms=0.06441),
+        ("agg", "hopper"): Constants(s_pre=1.1317, s_dec=0.9775, tau0_ms=115.9495, kappa=0.1437, host_op_ms=0.06496),
+        ("agg", "blackwell"): Constants(s_pre=1.0, s_dec=1.0, tau0_ms=115.9495, kappa=0.1437, host_op_ms=0.06496),
+        ("agg", "*"): Constants(s_pre=1.0, s_dec=1.0, tau0_ms=115.9495, kappa=0.1437, host_op_ms=0.06496),
         ("disagg", "*"): Constants(s_pre=0.6999, s_dec=0.8528, tau0_ms=260.0899, kappa=0.2396, host_op_ms=0.0),
     },
     what={

@@ -10,7 +10,10 @@ one item read the same output where they can.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -321,8 +324,17 @@ def test_query_batch_with_a_number_asks_for_batch_size() -> None:
 # --- rows users can take away ---------------------------------------------------------------
 
 
-def test_export_writes_parquet_and_csv_with_the_slot_columns(tmp_path: Path) -> None:
-    out = tmp_path / "mla.parquet"
+@pytest.fixture
+def short_folder() -> Iterator[Path]:
+    """A folder with a short path (pytest's own, under a worker's popen-gwN, can be wider than the
+    80 columns the messages below are asserted whole at)."""
+    folder = Path(tempfile.mkdtemp(prefix="mp-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_export_writes_parquet_and_csv_with_the_slot_columns(tmp_path: Path, short_folder: Path) -> None:
+    out = short_folder / "mla.parquet"
     select = ("--system", "gb300", "--table", "mla_context_module", "--version", "0.27.0")
     result = user("export", *select, "--out", str(out))
     assert result.returncode == 0, result.stderr
